@@ -1,0 +1,72 @@
+// `qrig compile` (GGUF + rig -> plan directory) and `qrig inspect` (print a plan for people tuning a rig).
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "compiler/compile.h"
+
+namespace qrig::cli {
+
+ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
+  if (std::filesystem::is_directory(path)) return ir::Plan::read(path);
+  gguf::File f = gguf::File::open(path);
+  compiler::Rig rig = opt.rig_path.empty() ? compiler::Rig::default_cpu() : compiler::Rig::load(opt.rig_path);
+  compiler::CompileOptions co;
+  co.context_length = opt.context_length;
+  co.max_sequences = opt.max_sequences;
+  co.force_backend = opt.backend;
+  return compiler::compile(f, rig, co);
+}
+
+int cmd_compile(int argc, char** argv) {
+  Args a(argc, argv, 2, {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend"}, {});
+  if (a.positional().size() != 1)
+    throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] [--backend cpu|cuda]");
+  std::string out = a.get("-o", a.get("--out"));
+  if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
+  gguf::File f = gguf::File::open(a.positional()[0]);
+  compiler::Rig rig = a.has("--rig") ? compiler::Rig::load(a.get("--rig")) : compiler::Rig::default_cpu();
+  compiler::CompileOptions co;
+  co.context_length = a.get_int("--ctx", 0);
+  co.max_sequences = a.get_int("--parallel", 4);
+  co.max_batch_tokens = a.get_int("--batch", 512);
+  co.force_backend = a.get("--backend");
+  ir::Plan plan = compiler::compile(f, rig, co);
+  plan.write(out);
+  fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops) for {} on rig '{}'\n", out, out, plan.graph.ops.size(),
+             plan.backend, plan.rig_name);
+  for (const auto& n : plan.notes) fmt::print("  {}\n", n);
+  return 0;
+}
+
+int cmd_inspect(int argc, char** argv) {
+  Args a(argc, argv, 2, {}, {"--graph"});
+  if (a.positional().size() != 1) throw UsageError("usage: qrig inspect PLAN_DIR [--graph]");
+  ir::Plan p = ir::Plan::read(a.positional()[0]);
+  auto mib = [](int64_t b) { return (double)b / (1024.0 * 1024.0); };
+  fmt::print("plan {} (format {}, {})\n", a.positional()[0], p.format, p.compiler_version);
+  fmt::print("model     {} ({}, {:.1f} MiB) {}\n", p.model_path, p.arch, mib(p.model_size), p.model_name);
+  fmt::print("rig       {}\n", p.rig_name);
+  fmt::print("backend   {} {} kernel family {}\n", p.backend, p.arch_target, p.kernel_family);
+  fmt::print("context   {} tokens x {} sequences, {} tokens per step\n", p.context_length, p.max_sequences,
+             p.max_batch_tokens);
+  fmt::print("gdn       chunk {}, recurrent below {} tokens\n", p.gdn_chunk, p.gdn_recurrent_below);
+  fmt::print("kv cache  {}\n", p.kv_dtype);
+  fmt::print("memory    weights {:.1f} MiB, kv {:.1f} KiB/token, state {:.2f} MiB/sequence, activations {:.1f} MiB, "
+             "budget {:.1f} MiB\n", mib(p.memory.weight_bytes), (double)p.memory.kv_bytes_per_token / 1024.0,
+             mib(p.memory.state_bytes_per_sequence), mib(p.memory.activation_bytes), mib(p.memory.budget_bytes));
+  for (const auto& pl : p.placement) fmt::print("placement {}: layers {}-{}\n", pl.device, pl.first_layer, pl.last_layer);
+  std::map<std::string, int> kinds;
+  for (const auto& op : p.graph.ops) ++kinds[op.has("kernel") ? op.s("kernel") : op.kind];
+  fmt::print("kernels  ");
+  for (const auto& [k, n] : kinds) fmt::print(" {} x{}", k, n);
+  fmt::print("\nnotes:\n");
+  for (const auto& n : p.notes) fmt::print("  - {}\n", n);
+  if (a.has("--graph")) fmt::print("\n{}", ir::print(p.graph));
+  return 0;
+}
+
+}  // namespace qrig::cli

@@ -1,0 +1,32 @@
+// The qrig subcommands, one function each (argv as given to main, argv[1] is the subcommand).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ir/plan.h"
+
+namespace qrig::cli {
+
+int cmd_compile(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_template(int argc, char** argv);
+
+// The built-in default model (a `qrig synth --preset tiny` model written once to the user's cache
+// directory), used when run/serve get no model.
+std::string builtin_model_path();
+
+// A model ready to execute: from a plan directory, or a .gguf compiled on the spot for a rig (default: this
+// machine's CPU).
+struct LoadOptions {
+  std::string rig_path;      // empty: default rig
+  std::string backend;       // "", "cpu", "cuda"
+  int64_t context_length = 0;
+  int64_t max_sequences = 4;
+};
+ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
+
+}  // namespace qrig::cli

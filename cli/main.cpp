@@ -1,0 +1,51 @@
+// qrig: one binary for every command (compile, inspect, verify, run, serve, bench, probe, synth...).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/synth.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: qrig COMMAND [ARGS]\n"
+    "  compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR   compile a plan for a rig\n"
+    "  inspect PLAN_DIR [--graph]                         print a plan's decisions\n"
+    "  verify MODEL|PLAN REF.gguf [--tol X] [--split N]   compare with a reference file\n"
+    "  run [MODEL|PLAN] -p PROMPT [--chat] [--no-think]    generate, streaming to the terminal\n"
+    "  tokenize MODEL.gguf [--parse-special] < text       print token ids\n"
+    "  template MODEL.gguf < request.json                 print the chat prompt of a request\n"
+    "  synth --preset tiny|9b|27b [--seed N] -o FILE      write a random-weight model\n"
+    "A command given wrong arguments prints its own usage.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "compile") return qrig::cli::cmd_compile(argc, argv);
+    if (cmd == "inspect") return qrig::cli::cmd_inspect(argc, argv);
+    if (cmd == "verify") return qrig::cli::cmd_verify(argc, argv);
+    if (cmd == "run") return qrig::cli::cmd_run(argc, argv);
+    if (cmd == "tokenize") return qrig::cli::cmd_tokenize(argc, argv);
+    if (cmd == "template") return qrig::cli::cmd_template(argc, argv);
+    if (cmd == "synth") return qrig::cli::cmd_synth(argc, argv);
+    fmt::print(stderr, "qrig: unknown command '{}'\n{}", cmd, kUsage);
+    return 2;
+  } catch (const qrig::cli::UsageError& e) {
+    fmt::print(stderr, "qrig {}: {}\n", cmd, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "qrig {}: error: {}\n", cmd, e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,25 @@
+// Comparing a model's execution with a reference file (the fixture format of ../shared/fixtures/README.md).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "runtime/cpu/executor.h"
+
+namespace qrig::cli {
+
+struct SequenceReport {
+  std::string name;
+  int64_t tokens = 0;
+  double max_rel_err = 0;              // logits: max over positions of max|a-r| / max|r|
+  int64_t top1_agree = 0;              // positions whose argmax matches
+  std::map<int, double> layer_err;     // hidden.i: the same metric per layer
+};
+
+// Runs every sequence of `ref`: one prefill when split <= 0, else a prefill of `split` tokens followed by
+// single-token decode steps.
+std::vector<SequenceReport> verify_reference(const runtime::CpuExecutor& ex, const gguf::File& ref, int64_t split);
+
+}  // namespace qrig::cli

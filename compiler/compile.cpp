@@ -1,0 +1,51 @@
+// compile(): read hyperparameters, lower to IR, run the passes in order, return the plan.
+#include "compiler/compile.h"
+
+#include <filesystem>
+
+#include "compiler/models/qwen35.h"
+#include "compiler/passes/passes.h"
+
+namespace qrig::compiler {
+
+std::string compiler_version() { return "qrig 0.1.0"; }
+
+ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& options) {
+  CompileContext cx{file, Qwen35Params::from_gguf(file), rig, options, {}};
+  ir::Plan& p = cx.plan;
+  bool has_cpu = false;
+  for (const auto& d : rig.devices) has_cpu |= d.kind == "cpu";
+  if (options.force_backend == "cpu" && !has_cpu) {
+    cx.rig.devices.push_back(Rig::default_cpu().devices.front());
+    p.notes.push_back("rig: no cpu device described; using this machine's CPU for the forced cpu backend");
+  }
+  p.compiler_version = compiler_version();
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(file.path(), ec);
+  p.model_path = ec ? file.path() : abs.lexically_normal().string();
+  p.model_size = (int64_t)file.file_size();
+  p.arch = cx.params.arch;
+  p.model_name = cx.params.name;
+  p.rig_name = rig.name;
+  p.vocab_real = cx.params.vocab;
+  // Padding rows (UNUSED tokens after the real vocabulary) are never sampled.
+  if (const gguf::Value* types = file.find("tokenizer.ggml.token_type")) {
+    int64_t n = (int64_t)types->ints.size();
+    while (n > 0 && types->ints[(size_t)n - 1] == 5) --n;  // 5 = UNUSED
+    if (n > 0 && n <= cx.params.vocab) p.vocab_real = n;
+  }
+  if (cx.params.n_mtp > 0)
+    p.notes.push_back("model: MTP block present (blk." + std::to_string(cx.params.n_layer) +
+                      "), kept aside: speculative decoding is not implemented yet");
+  p.graph = lower_qwen35(cx.params);
+  passes::select_backend(cx);
+  passes::place_layers(cx);
+  passes::choose_kv_format(cx);
+  passes::schedule_gdn(cx);
+  passes::plan_memory(cx);
+  passes::choose_kernels(cx);
+  ir::verify(p.graph);
+  return p;
+}
+
+}  // namespace qrig::compiler

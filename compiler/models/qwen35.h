@@ -1,0 +1,15 @@
+// Lowering of the qwen35 dense hybrid model (Gated DeltaNet + gated attention) to the IR.
+#pragma once
+
+#include "compiler/hparams.h"
+#include "ir/ir.h"
+
+namespace qrig::compiler {
+
+// The whole forward pass over T new tokens of one sequence: inputs %tokens, %pos (absolute positions) and
+// %rows (which rows' logits to produce); per-layer states; output %logits [R, vocab]. The residual stream
+// after layer i carries the attribute tap="hidden.i" (i = 0 embedding, n_layer = final-normed output),
+// matching the reference fixture names.
+ir::Graph lower_qwen35(const Qwen35Params& p);
+
+}  // namespace qrig::compiler

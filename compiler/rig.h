@@ -1,0 +1,42 @@
+// A rig description: the devices (with measured unit rates) and links the compiler plans for. Written by
+// `qrig probe` or by hand; presets live in rigs/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace qrig::compiler {
+
+struct RigDevice {
+  std::string kind;        // "cpu" | "cuda"
+  std::string name;
+  std::string arch;        // "sm_70" ... (cuda)
+  int sms = 0;             // cuda SMs, or cpu cores
+  double memory_gib = 0;   // usable device memory (cpu: RAM the plan may use)
+  double clock_mhz = 0;
+  double mem_bw_gbps = 0;  // measured copy bandwidth
+  // Measured unit rates (tera-ops/s); 0 = not measured or not present.
+  double dp4a_tops = 0, fp32_tflops = 0, hfma2_tflops = 0, hmma_tflops = 0, imma_tops = 0;
+  bool tensor_cores_throttled = false;  // probe verdict: HMMA/IMMA far below the architectural rate
+};
+
+struct RigLink {
+  std::string from, to;    // "host" or a device index as a string
+  double h2d_gbps = 0, d2h_gbps = 0;
+  bool p2p = false;
+  double p2p_gbps = 0;
+};
+
+struct Rig {
+  std::string name;
+  std::vector<RigDevice> devices;
+  std::vector<RigLink> links;
+
+  static Rig load(const std::string& path);  // throws CompileError naming the file and field
+  static Rig parse(const std::string& toml_text, const std::string& source);
+  static Rig default_cpu();                   // this machine's CPU (cores, RAM)
+  std::string to_toml() const;
+  bool has_cuda() const;
+};
+
+}  // namespace qrig::compiler

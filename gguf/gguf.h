@@ -1,0 +1,149 @@
+// GGUF file format: reading (mmap, untrusted input, every length bounds-checked) and the value and
+// tensor-type vocabulary shared by the reader, the writer and dequantization. Includes nothing of qrig.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qrig::gguf {
+
+// Everything wrong with a file (truncated, corrupt, hostile, unsupported) is reported as this.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class ValueType : uint32_t {
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
+  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+const char* value_type_name(ValueType t);
+
+// ggml tensor types. The reader knows every type's block layout (so files with any of them can be
+// listed and bounds-checked); dequantize() supports only F32, F16, BF16 and Q8_0.
+enum class TensorType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9, Q2_K = 10,
+  Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18,
+  IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26,
+  I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30, TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+};
+struct TypeTraits {
+  const char* name;
+  uint32_t block_elems;  // values per block (1 for plain types)
+  uint32_t block_bytes;  // bytes per block
+};
+// nullptr for a type id this reader does not know.
+const TypeTraits* type_traits(uint32_t type_id);
+const char* tensor_type_name(TensorType t);
+
+// A metadata value. Scalars live in u/i/f/b/s by kind; arrays keep their element type and a
+// typed vector (nested arrays in `arr`).
+struct Value {
+  ValueType type = ValueType::UINT8;
+  uint64_t u = 0;   // UINT8..UINT64
+  int64_t i = 0;    // INT8..INT64 (also mirrors unsigned values that fit)
+  double f = 0;     // FLOAT32/FLOAT64
+  bool b = false;   // BOOL
+  std::string s;    // STRING
+  ValueType elem = ValueType::UINT8;  // ARRAY element type
+  std::vector<int64_t> ints;          // integer/bool arrays
+  std::vector<uint64_t> uints;        // unsigned arrays (exact, including UINT64 > INT64_MAX)
+  std::vector<double> floats;         // float arrays
+  std::vector<std::string> strs;      // string arrays
+  std::vector<Value> arr;             // arrays of arrays
+  size_t size() const;                // element count of an array
+
+  static Value of_u32(uint32_t v);
+  static Value of_u64(uint64_t v);
+  static Value of_i32(int32_t v);
+  static Value of_f32(float v);
+  static Value of_bool(bool v);
+  static Value of_str(std::string v);
+  static Value of_i32s(std::vector<int32_t> v);
+  static Value of_f32s(std::vector<float> v);
+  static Value of_strs(std::vector<std::string> v);
+  static Value of_bools(std::vector<bool> v);
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<uint64_t> ne;  // ggml order: ne[0] is the fastest (innermost, "in") dimension
+  TensorType type = TensorType::F32;
+  uint64_t offset = 0;       // relative to the start of the data section
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;
+  std::string shape_string() const;  // e.g. "[256, 1024]"
+};
+
+// A read-only GGUF file. Construction parses and validates the header, metadata and tensor infos;
+// tensor data stays in the mapping.
+class File {
+ public:
+  static File open(const std::string& path);
+  // Parse an in-memory image (tests, fuzzing). The bytes are copied.
+  static File from_bytes(const uint8_t* data, size_t size, std::string name = "<memory>");
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return size_; }
+
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
+  const Value* find(std::string_view key) const;
+  // Typed getters: throw Error naming the key when missing or of the wrong kind.
+  uint64_t get_uint(std::string_view key) const;
+  int64_t get_int(std::string_view key) const;
+  double get_float(std::string_view key) const;
+  bool get_bool(std::string_view key) const;
+  const std::string& get_string(std::string_view key) const;
+  std::vector<int64_t> get_int_array(std::string_view key) const;
+  const std::vector<std::string>& get_string_array(std::string_view key) const;
+  std::optional<uint64_t> opt_uint(std::string_view key) const;
+  std::optional<std::string> opt_string(std::string_view key) const;
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;
+  const TensorInfo& tensor(std::string_view name) const;  // throws Error naming the tensor
+  const uint8_t* tensor_data(const TensorInfo& t) const;
+  const uint8_t* bytes() const { return base_; }
+
+  File(File&&) noexcept;
+  File& operator=(File&&) noexcept;
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+ private:
+  File() = default;
+  void parse();
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  void* map_ = nullptr;  // mmap base when mapped
+  std::unique_ptr<std::vector<uint8_t>> owned_;  // bytes when built from memory
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, Value>> kv_;
+  std::vector<TensorInfo> tensors_;
+};
+
+// Convert n values of a tensor (starting at a block boundary) to float. Throws Error for types
+// other than F32, F16, BF16, Q8_0, naming the type.
+void dequantize(TensorType type, const uint8_t* src, float* dst, size_t n);
+bool can_dequantize(TensorType type);
+float fp16_to_float(uint16_t h);
+uint16_t float_to_fp16(float f);
+float bf16_to_float(uint16_t h);
+// Q8_0: 32 values per block, fp16 scale then 32 int8; quantize n (multiple of 32) floats.
+void quantize_q8_0(const float* src, uint8_t* dst, size_t n);
+constexpr size_t kQ8_0Block = 32;
+constexpr size_t kQ8_0Bytes = 34;
+
+}  // namespace qrig::gguf

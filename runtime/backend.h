@@ -1,0 +1,47 @@
+// The execution interface the engine drives: a fixed number of sequence slots, each with its own state, and
+// a step that runs new tokens for several slots at once (continuous batching). The CPU reference backend
+// implements it now; the CUDA backend will implement the same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ir/plan.h"
+
+namespace qrig::runtime {
+
+struct StepInput {
+  int slot = 0;
+  std::vector<int32_t> tokens;  // appended at the slot's current position
+  bool want_logits = false;     // logits of the last of these tokens
+};
+
+// Saved recurrent state of a slot at a position. KV caches are append-only by position, so restoring a
+// snapshot at position p and continuing from p is exact without copying the KV entries below p.
+struct Snapshot {
+  virtual ~Snapshot() = default;
+  int64_t position = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const ir::Plan& plan() const = 0;
+  virtual int slots() const = 0;
+  virtual int64_t vocab_rows() const = 0;
+  virtual int64_t context_length() const = 0;
+  virtual int64_t position(int slot) const = 0;  // tokens the slot's state has seen
+  virtual void reset(int slot) = 0;
+  // Runs every input; returns, in input order, vocab_rows() logits for each input that wants them (an empty
+  // vector for the others). Validates everything before changing any state; throws RuntimeError.
+  virtual std::vector<std::vector<float>> step(const std::vector<StepInput>& batch) = 0;
+  virtual std::shared_ptr<Snapshot> save(int slot) const = 0;
+  virtual void restore(int slot, const Snapshot& snap) = 0;
+  virtual int64_t snapshot_bytes() const = 0;
+};
+
+// The backend a plan asks for. Throws RuntimeError when this build cannot run it (e.g. no CUDA backend).
+std::unique_ptr<Backend> make_backend(const ir::Plan& plan);
+
+}  // namespace qrig::runtime

@@ -1,0 +1,96 @@
+// Backend implementation over the CPU reference executor: one CpuSequence per slot, steps run slot by slot.
+#include <fmt/format.h>
+
+#include "runtime/backend.h"
+#include "runtime/cpu/executor.h"
+
+namespace qrig::runtime {
+
+namespace {
+
+struct CpuSnapshot : Snapshot {
+  std::vector<std::vector<float>> states;  // non-positional states only (empty vector for KV caches)
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const ir::Plan& plan) : ex_(plan, open_plan_model(plan)) {
+    for (int64_t s = 0; s < plan.max_sequences; ++s) seqs_.push_back(ex_.new_sequence());
+    for (const auto& st : plan.graph.states) {
+      bool positional = false;
+      for (int64_t d : st.type.shape) positional |= d == ir::kContext;
+      positional_.push_back(positional);
+    }
+  }
+  const ir::Plan& plan() const override { return ex_.plan(); }
+  int slots() const override { return (int)seqs_.size(); }
+  int64_t vocab_rows() const override { return ex_.vocab_rows(); }
+  int64_t context_length() const override { return ex_.plan().context_length; }
+  int64_t position(int slot) const override { return seq(slot).n_past; }
+  void reset(int slot) override { seq(slot).reset(); }
+
+  std::vector<std::vector<float>> step(const std::vector<StepInput>& batch) override {
+    for (const auto& in : batch) {
+      const CpuSequence& s = seq(in.slot);
+      if (in.tokens.empty()) throw RuntimeError("step input with no tokens");
+      if (s.n_past + (int64_t)in.tokens.size() > context_length())
+        throw RuntimeError(fmt::format("context overflow in slot {}: {} + {} > {}", in.slot, s.n_past,
+                                       in.tokens.size(), context_length()));
+      for (int32_t t : in.tokens)
+        if (t < 0 || t >= vocab_rows()) throw RuntimeError(fmt::format("token id {} is out of range", t));
+    }
+    std::vector<std::vector<float>> out(batch.size());
+    for (size_t k = 0; k < batch.size(); ++k) {
+      const auto& in = batch[k];
+      std::vector<int32_t> rows;
+      if (in.want_logits) rows.push_back((int32_t)in.tokens.size() - 1);
+      auto logits = ex_.forward(seq(in.slot), in.tokens, rows);
+      if (in.want_logits) out[k] = std::move(logits);
+    }
+    return out;
+  }
+
+  std::shared_ptr<Snapshot> save(int slot) const override {
+    auto snap = std::make_shared<CpuSnapshot>();
+    const CpuSequence& s = seq(slot);
+    snap->position = s.n_past;
+    for (size_t i = 0; i < s.buffers.size(); ++i)
+      snap->states.push_back(positional_[i] ? std::vector<float>() : s.buffers[i]);
+    return snap;
+  }
+  void restore(int slot, const Snapshot& snap) override {
+    const auto* cs = dynamic_cast<const CpuSnapshot*>(&snap);
+    if (!cs || cs->states.size() != positional_.size()) throw RuntimeError("snapshot of another backend");
+    CpuSequence& s = seq(slot);
+    for (size_t i = 0; i < s.buffers.size(); ++i)
+      if (!positional_[i]) s.buffers[i] = cs->states[i];
+    s.n_past = cs->position;
+  }
+  int64_t snapshot_bytes() const override {
+    int64_t b = 0;
+    for (size_t i = 0; i < positional_.size(); ++i)
+      if (!positional_[i]) b += (int64_t)seqs_[0].buffers[i].size() * 4;
+    return b;
+  }
+
+ private:
+  CpuSequence& seq(int slot) {
+    if (slot < 0 || slot >= (int)seqs_.size()) throw RuntimeError(fmt::format("no slot {}", slot));
+    return seqs_[(size_t)slot];
+  }
+  const CpuSequence& seq(int slot) const { return const_cast<CpuBackend*>(this)->seq(slot); }
+
+  CpuExecutor ex_;
+  std::vector<CpuSequence> seqs_;
+  std::vector<bool> positional_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const ir::Plan& plan) {
+  if (plan.backend == "cpu") return std::make_unique<CpuBackend>(plan);
+  throw RuntimeError(fmt::format("this build of qrig has no '{}' backend yet (the plan targets {} {}); compile the "
+                                 "plan with --backend cpu", plan.backend, plan.backend, plan.arch_target));
+}
+
+}  // namespace qrig::runtime

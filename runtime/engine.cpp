@@ -1,0 +1,364 @@
+// Engine scheduler: admission with prefix reuse, chunked prefill mixed with decode, sampling, finishing.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "runtime/cpu/executor.h"
+
+namespace qrig::runtime {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+}  // namespace
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::stop: return "stop";
+    case Finish::length: return "length";
+    case Finish::cancelled: return "cancelled";
+    case Finish::error: return "error";
+  }
+  return "?";
+}
+
+struct Engine::Active {
+  uint64_t id = 0;
+  Request req;
+  Callbacks cb;
+  std::unique_ptr<Sampler> sampler;
+  int slot = -1;
+  size_t prefilled = 0;          // prompt tokens already in the slot's state
+  int64_t cached = 0;
+  int64_t generated = 0;
+  int32_t last = -1;             // token to feed next during generation
+  bool in_generation = false;
+  Clock::time_point start, first_token;
+  std::vector<int32_t> history;  // tokens in the slot's state, for prefix reuse after the request
+};
+
+// What a free slot still holds: the tokens its state has seen, and snapshots of the recurrent state at the
+// ends of recent prompts. A snapshot stays valid while its tokens are a prefix of `tokens` (the KV entries
+// below its position are then still its own).
+struct Engine::SlotCache {
+  static constexpr size_t kMaxSnapshots = 4;
+  struct Snap {
+    std::vector<int32_t> tokens;
+    std::shared_ptr<Snapshot> state;
+  };
+  std::vector<int32_t> tokens;  // == state position
+  std::vector<Snap> snaps;      // oldest first
+  uint64_t last_use = 0;
+  void prune() {
+    std::erase_if(snaps, [&](const Snap& s) {
+      return s.tokens.size() > tokens.size() || !std::equal(s.tokens.begin(), s.tokens.end(), tokens.begin());
+    });
+  }
+};
+
+Engine::Engine(std::unique_ptr<Backend> backend, int64_t max_queue)
+    : backend_(std::move(backend)), max_queue_(max_queue) {
+  active_.resize((size_t)backend_->slots());
+  for (int s = 0; s < backend_->slots(); ++s) cache_.push_back(std::make_unique<SlotCache>());
+  stats_.kv_tokens_capacity = backend_->context_length() * backend_->slots();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  shutdown(false);
+  if (thread_.joinable()) thread_.join();
+}
+
+uint64_t Engine::submit(Request req, Callbacks cb) {
+  const int64_t ctx = backend_->context_length();
+  if (req.prompt.empty()) throw EngineError("the prompt is empty");
+  if ((int64_t)req.prompt.size() >= ctx)
+    throw ContextOverflow(fmt::format("the prompt has {} tokens; the context holds {} (prompt + at least one generated "
+                                      "token)", req.prompt.size(), ctx), (int64_t)req.prompt.size(), ctx);
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= backend_->vocab_rows()) throw EngineError(fmt::format("prompt token id {} is out of range", t));
+  const int64_t room = ctx - (int64_t)req.prompt.size();
+  if (req.max_tokens < 0 || req.max_tokens > room) req.max_tokens = room;
+  auto a = std::make_unique<Active>();
+  a->sampler = std::make_unique<Sampler>(req.sampling, (int32_t)backend_->plan().vocab_real);
+  a->req = std::move(req);
+  a->cb = std::move(cb);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!accepting_) throw EngineError("the engine is shutting down");
+  if ((int64_t)queue_.size() >= max_queue_) throw QueueFull(fmt::format("the request queue is full ({} waiting)", queue_.size()));
+  a->id = next_id_++;
+  a->start = Clock::now();
+  uint64_t id = a->id;
+  queue_.push_back(std::move(a));
+  stats_.queued = (int64_t)queue_.size();
+  cv_.notify_all();
+  return id;
+}
+
+void Engine::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  cancelled_.push_back(id);
+  cv_.notify_all();
+}
+
+void Engine::shutdown(bool finish_all) {
+  std::unique_lock<std::mutex> lk(mu_);
+  accepting_ = false;
+  if (finish_all) {
+    idle_cv_.wait(lk, [&] { return queue_.empty() && stats_.running == 0; });
+  } else {
+    cancel_all_ = true;
+  }
+  stopping_ = true;
+  cv_.notify_all();
+  lk.unlock();
+  if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void Engine::finish(Active& a, Finish reason, const std::string& error) {
+  DoneEvent d;
+  d.reason = reason;
+  d.error = error;
+  d.prompt_tokens = (int64_t)a.req.prompt.size();
+  d.cached_tokens = a.cached;
+  d.generated_tokens = a.generated;
+  if (a.in_generation) {
+    d.prompt_ms = std::chrono::duration<double, std::milli>(a.first_token - a.start).count();
+    d.generation_ms = std::chrono::duration<double, std::milli>(Clock::now() - a.first_token).count();
+  } else {
+    d.prompt_ms = ms_since(a.start);
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.requests_total += 1;
+    stats_.generated_tokens_total += a.generated;
+    stats_.prompt_tokens_total += (int64_t)a.prefilled - a.cached;
+    stats_.cached_tokens_total += a.cached;
+    stats_.prompt_seconds_total += d.prompt_ms / 1000.0;
+    stats_.generation_seconds_total += d.generation_ms / 1000.0;
+  }
+  if (a.slot >= 0) {
+    SlotCache& c = *cache_[(size_t)a.slot];
+    c.tokens = std::move(a.history);
+    if (reason == Finish::error || (int64_t)c.tokens.size() != backend_->position(a.slot)) {
+      backend_->reset(a.slot);  // state no longer known to match the tokens
+      c = SlotCache();
+    }
+    c.prune();
+    c.last_use = ++use_clock_;
+  }
+  if (a.cb.on_done) a.cb.on_done(d);
+}
+
+// Picks a free slot for the request at the queue front, reusing the longest cached prefix.
+void Engine::admit_locked() {
+  while (!queue_.empty()) {
+    int best = -1;
+    int64_t best_reuse = -1;
+    int best_snap = -1;
+    uint64_t best_use = UINT64_MAX;
+    const auto& prompt = queue_.front()->req.prompt;
+    for (size_t s = 0; s < active_.size(); ++s) {
+      if (active_[s]) continue;
+      const SlotCache& c = *cache_[s];
+      auto is_prefix = [&](const std::vector<int32_t>& t) {
+        return t.size() < prompt.size() && std::equal(t.begin(), t.end(), prompt.begin());
+      };
+      int64_t reuse = 0;
+      int snap = -1;
+      if (!c.tokens.empty() && is_prefix(c.tokens)) reuse = (int64_t)c.tokens.size();
+      for (size_t k = 0; k < c.snaps.size(); ++k)
+        if ((int64_t)c.snaps[k].tokens.size() > reuse && is_prefix(c.snaps[k].tokens)) {
+          reuse = (int64_t)c.snaps[k].tokens.size();
+          snap = (int)k;
+        }
+      if (reuse > best_reuse || (reuse == best_reuse && c.last_use < best_use)) {
+        best = (int)s;
+        best_reuse = reuse;
+        best_snap = snap;
+        best_use = c.last_use;
+      }
+    }
+    if (best < 0) return;
+    std::unique_ptr<Active> a = std::move(queue_.front());
+    queue_.pop_front();
+    SlotCache& c = *cache_[(size_t)best];
+    a->slot = best;
+    if (best_reuse > 0 && best_snap >= 0) {
+      backend_->restore(best, *c.snaps[(size_t)best_snap].state);
+    } else if (best_reuse == 0) {
+      backend_->reset(best);
+    }
+    a->prefilled = (size_t)best_reuse;
+    a->cached = best_reuse;
+    a->history.assign(a->req.prompt.begin(), a->req.prompt.begin() + best_reuse);
+    active_[(size_t)best] = std::move(a);
+  }
+}
+
+void Engine::loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] {
+        bool any = !queue_.empty() || !cancelled_.empty() || stopping_ || cancel_all_;
+        for (const auto& a : active_) any |= a != nullptr;
+        return any;
+      });
+      // Cancellations: queued requests finish here, running ones below.
+      std::vector<uint64_t> cancel = std::move(cancelled_);
+      cancelled_.clear();
+      if (cancel_all_) {
+        for (const auto& q : queue_) cancel.push_back(q->id);
+        for (const auto& a : active_)
+          if (a) cancel.push_back(a->id);
+      }
+      std::vector<std::unique_ptr<Active>> dropped;
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (std::find(cancel.begin(), cancel.end(), (*it)->id) != cancel.end()) {
+          dropped.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      std::vector<int> cancel_slots;
+      for (size_t s = 0; s < active_.size(); ++s)
+        if (active_[s] && std::find(cancel.begin(), cancel.end(), active_[s]->id) != cancel.end())
+          cancel_slots.push_back((int)s);
+      lk.unlock();
+      for (auto& d : dropped) finish(*d, Finish::cancelled);
+      for (int s : cancel_slots) {
+        finish(*active_[(size_t)s], Finish::cancelled);
+        active_[(size_t)s].reset();
+      }
+      lk.lock();
+      admit_locked();
+      int64_t running = 0;
+      for (const auto& a : active_) running += a != nullptr;
+      stats_.running = running;
+      stats_.queued = (int64_t)queue_.size();
+      if (running == 0 && queue_.empty()) {
+        idle_cv_.notify_all();
+        if (stopping_) return;
+        continue;
+      }
+    }
+    run_step();
+  }
+}
+
+void Engine::run_step() {
+  // Decode tokens first (one each, they never wait behind a prompt), then prompt chunks with what is left of
+  // the plan's tokens-per-step budget.
+  const int64_t budget_total = std::max<int64_t>(1, backend_->plan().max_batch_tokens);
+  int64_t budget = budget_total;
+  std::vector<StepInput> batch;
+  std::vector<Active*> owners;
+  for (auto& a : active_)
+    if (a && a->in_generation) {
+      batch.push_back({a->slot, {a->last}, true});
+      owners.push_back(a.get());
+      --budget;
+    }
+  // Prompt chunks end on multiples of the GDN chunk length (absolute positions), so a prompt is cut the same
+  // way whatever else is running: batched and single results agree bit for bit.
+  const int64_t align = std::max<int64_t>(1, backend_->plan().gdn_chunk);
+  bool any_prefill = false;
+  for (auto& a : active_)
+    if (a && !a->in_generation) {
+      const int64_t pos = (int64_t)a->prefilled, end = (int64_t)a->req.prompt.size();
+      int64_t take_end = pos;
+      while (take_end < end) {
+        int64_t piece_end = std::min(end, (take_end / align + 1) * align);
+        if (piece_end - pos > budget && (any_prefill || take_end > pos)) break;
+        take_end = piece_end;
+      }
+      if (take_end == pos) continue;
+      StepInput in{a->slot, {}, take_end == end};
+      in.tokens.assign(a->req.prompt.begin() + pos, a->req.prompt.begin() + take_end);
+      batch.push_back(std::move(in));
+      owners.push_back(a.get());
+      budget -= take_end - pos;
+      any_prefill = true;
+    }
+  if (batch.empty()) return;
+  std::vector<std::vector<float>> logits;
+  try {
+    logits = backend_->step(batch);
+  } catch (const std::exception& e) {
+    for (Active* a : owners) {
+      finish(*a, Finish::error, e.what());
+      active_[(size_t)a->slot].reset();
+    }
+    return;
+  }
+  const int64_t V = backend_->vocab_rows();
+  const int64_t n_real = backend_->plan().vocab_real;
+  for (size_t k = 0; k < batch.size(); ++k) {
+    Active& a = *owners[k];
+    a.history.insert(a.history.end(), batch[k].tokens.begin(), batch[k].tokens.end());
+    if (!a.in_generation) {
+      a.prefilled += batch[k].tokens.size();
+      if (!batch[k].want_logits) continue;
+      // Prompt complete: snapshot the recurrent state here for later requests sharing this prompt.
+      SlotCache& c = *cache_[(size_t)a.slot];
+      c.snaps.push_back({a.req.prompt, backend_->save(a.slot)});
+      if (c.snaps.size() > SlotCache::kMaxSnapshots) c.snaps.erase(c.snaps.begin());
+      a.in_generation = true;
+      a.first_token = Clock::now();
+    }
+    int32_t tok;
+    TokenEvent ev;
+    try {
+      std::vector<bool> mask;
+      const std::vector<bool>* allowed = nullptr;
+      if (a.req.constraint) {
+        mask.assign((size_t)n_real, false);
+        if (a.req.constraint->allowed(mask)) allowed = &mask;
+      }
+      const float* row = logits[k].data();
+      tok = a.sampler->sample(row, (int32_t)V, allowed);
+      ev.token = tok;
+      if (a.req.top_logprobs >= 0) {
+        ev.logprob = a.sampler->logprob(row, (int32_t)V, tok, allowed);
+        if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs(row, (int32_t)V, a.req.top_logprobs, allowed);
+      }
+      a.sampler->accept(tok);
+      if (a.req.constraint) a.req.constraint->accept(tok);
+    } catch (const std::exception& e) {
+      finish(a, Finish::error, e.what());
+      active_[(size_t)a.slot].reset();
+      continue;
+    }
+    bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) != a.req.stop_tokens.end();
+    if (stop) {
+      finish(a, Finish::stop);
+      active_[(size_t)a.slot].reset();
+      continue;
+    }
+    a.generated += 1;
+    a.last = tok;
+    if (a.cb.on_token) a.cb.on_token(ev);
+    if (a.generated >= a.req.max_tokens) {
+      finish(a, Finish::length);
+      active_[(size_t)a.slot].reset();
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  int64_t used = 0;
+  for (int s = 0; s < backend_->slots(); ++s) used += backend_->position(s);
+  stats_.kv_tokens_used = used;
+}
+
+}  // namespace qrig::runtime

@@ -1,0 +1,124 @@
+// The engine: the narrow interface the server and `qrig run` use (submit a request, receive tokens, cancel).
+// One scheduler thread owns the backend and runs continuous batching over its slots: requests join running
+// decode batches, long prompts are prefilled in chunks so they do not stall others, finished slots keep their
+// state for prefix reuse (recurrent state snapshots at prompt ends, since GDN state cannot be rolled back).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/sampler.h"
+
+namespace qrig::runtime {
+
+struct EngineError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct QueueFull : EngineError {
+  using EngineError::EngineError;
+};
+struct ContextOverflow : EngineError {
+  ContextOverflow(const std::string& m, int64_t prompt, int64_t ctx) : EngineError(m), n_prompt(prompt), n_ctx(ctx) {}
+  int64_t n_prompt, n_ctx;
+};
+
+// Token-level constraint for constrained decoding (tool calls, JSON schemas). Called on the engine thread.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets mask[id] for ids that may come next (mask has the real-vocabulary size, all false on entry);
+  // returns false when nothing is constrained at this point (mask ignored).
+  virtual bool allowed(std::vector<bool>& mask) = 0;
+  virtual void accept(int32_t token) = 0;
+};
+
+enum class Finish { stop, length, cancelled, error };
+const char* finish_name(Finish f);
+
+struct Request {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int64_t max_tokens = -1;            // -1: up to the context length
+  std::vector<int32_t> stop_tokens;   // end of generation (not counted as output text)
+  int32_t top_logprobs = -1;          // -1: no logprobs; 0: the chosen token's; n: also the n most likely
+  std::shared_ptr<TokenConstraint> constraint;
+};
+
+struct TokenEvent {
+  int32_t token;
+  float logprob = 0;  // when requested
+  std::vector<Sampler::TopLogprob> top;
+};
+
+struct DoneEvent {
+  Finish reason = Finish::stop;
+  std::string error;
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;      // prompt tokens reused from a previous request's state
+  int64_t generated_tokens = 0;
+  double prompt_ms = 0, generation_ms = 0;
+};
+
+struct Callbacks {
+  std::function<void(const TokenEvent&)> on_token;  // engine thread; keep it short
+  std::function<void(const DoneEvent&)> on_done;    // called exactly once per accepted request
+};
+
+struct EngineStats {
+  int64_t running = 0, queued = 0;
+  int64_t prompt_tokens_total = 0, generated_tokens_total = 0, cached_tokens_total = 0;
+  int64_t requests_total = 0;
+  double prompt_seconds_total = 0, generation_seconds_total = 0;
+  int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(std::unique_ptr<Backend> backend, int64_t max_queue = 64);
+  ~Engine();  // cancels what is left and joins the scheduler
+
+  // Queues a request; returns its id. Throws ContextOverflow (prompt does not fit), QueueFull, EngineError
+  // (bad request, engine stopping). Callbacks run on the engine thread.
+  uint64_t submit(Request req, Callbacks cb);
+  void cancel(uint64_t id);  // no-op for unknown or finished ids; on_done(cancelled) within one step
+  // Stops accepting requests; with finish=true waits for running and queued ones, else cancels them.
+  void shutdown(bool finish);
+
+  EngineStats stats() const;
+  const ir::Plan& plan() const { return backend_->plan(); }
+  int64_t context_length() const { return backend_->context_length(); }
+  int64_t vocab_rows() const { return backend_->vocab_rows(); }
+  int slots() const { return backend_->slots(); }
+
+ private:
+  struct Active;
+  struct SlotCache;
+  void loop();
+  void admit_locked();
+  void finish(Active& a, Finish reason, const std::string& error = "");
+  void run_step();
+
+  std::unique_ptr<Backend> backend_;
+  int64_t max_queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::unique_ptr<Active>> queue_;
+  std::vector<std::unique_ptr<Active>> active_;  // per slot (nullptr = free)
+  std::vector<std::unique_ptr<SlotCache>> cache_;
+  std::vector<uint64_t> cancelled_;
+  uint64_t next_id_ = 1;
+  uint64_t use_clock_ = 0;
+  bool stopping_ = false, accepting_ = true, cancel_all_ = false;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace qrig::runtime

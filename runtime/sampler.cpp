@@ -1,0 +1,438 @@
+// Token sampling (see sampler.h for the contract and the order of operations). Kept cheap on a full
+// 248k vocabulary: a few linear passes and never a sort of the vocabulary. top_k selects with a bounded
+// heap (then only k candidates are sorted); top_p without top_k finds its cut with a histogram of the
+// probability mass over logit buckets and sorts only the bucket the cut falls in; the draw finds its
+// block of ids by block sums.
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace qrig::runtime {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+// The passes over the whole vocabulary work in blocks of kLanes values with independent accumulators,
+// so they are not one long chain of dependent operations (and the compiler may vectorise them).
+constexpr int32_t kLanes = 8;
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("sampler: " + what); }
+
+struct Candidate {
+  float logit;
+  int32_t id;
+};
+
+// Per-thread scratch (see sampler.h): adjusted logits, weights, short candidate lists, histogram.
+struct Scratch {
+  std::vector<float> work, weights;
+  std::vector<Candidate> cands;
+  std::vector<double> bucket_mass, block_sums;
+};
+thread_local Scratch scratch;
+
+}  // namespace
+
+SamplingParams SamplingParams::qwen_defaults(bool thinking) {
+  SamplingParams p;
+  p.temperature = thinking ? 1.0f : 0.7f;
+  p.top_p = thinking ? 0.95f : 0.8f;
+  p.top_k = 20;
+  p.min_p = 0.0f;
+  p.presence_penalty = 1.5f;
+  p.frequency_penalty = 0.0f;
+  p.repetition_penalty = 1.0f;
+  p.penalty_last_n = -1;
+  return p;
+}
+
+Sampler::Sampler(SamplingParams p, int32_t n_real_vocab) : params_(std::move(p)), n_real_vocab_(n_real_vocab) {
+  if (n_real_vocab_ <= 0) bad("the vocabulary size must be positive, got " + std::to_string(n_real_vocab_));
+  const SamplingParams& q = params_;
+  if (!std::isfinite(q.temperature) || q.temperature < 0)
+    bad("temperature must be a finite number >= 0, got " + std::to_string(q.temperature));
+  if (q.top_k < 0) bad("top_k must be >= 0 (0 = off), got " + std::to_string(q.top_k));
+  if (!(q.top_p > 0 && q.top_p <= 1)) bad("top_p must be in (0, 1], got " + std::to_string(q.top_p));
+  if (!(q.min_p >= 0 && q.min_p <= 1)) bad("min_p must be in [0, 1], got " + std::to_string(q.min_p));
+  if (!std::isfinite(q.presence_penalty)) bad("presence_penalty must be finite");
+  if (!std::isfinite(q.frequency_penalty)) bad("frequency_penalty must be finite");
+  if (!std::isfinite(q.repetition_penalty) || q.repetition_penalty <= 0)
+    bad("repetition_penalty must be a finite number > 0, got " + std::to_string(q.repetition_penalty));
+  if (q.penalty_last_n < -1)
+    bad("penalty_last_n must be -1 (all), 0 (off) or positive, got " + std::to_string(q.penalty_last_n));
+  for (const auto& [id, b] : q.logit_bias) {
+    if (id < 0 || id >= n_real_vocab_)
+      bad("logit_bias token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+          std::to_string(n_real_vocab_) + ")");
+    if (!(b >= -100 && b <= 100))
+      bad("logit_bias value for token " + std::to_string(id) + " must be in [-100, 100], got " + std::to_string(b));
+    float& slot = bias_[id];  // value-initialised to 0 on first use
+    slot = (b <= -100 || slot == kNegInf) ? kNegInf : slot + b;
+  }
+  if (q.seed) {
+    rng_.seed(*q.seed);
+  } else {
+    std::random_device rd;
+    rng_.seed((uint64_t(rd()) << 32) ^ rd());
+  }
+}
+
+void Sampler::accept(int32_t id) {
+  if (id < 0 || id >= n_real_vocab_)
+    bad("accepted token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(n_real_vocab_) + ")");
+  if (params_.penalty_last_n == 0) return;
+  ++counts_[id];
+  if (params_.penalty_last_n < 0) return;  // the whole history counts: no window to slide
+  history_.push_back(id);
+  if (params_.penalty_last_n > 0 && history_.size() > size_t(params_.penalty_last_n)) {
+    int32_t old = history_.front();
+    history_.pop_front();
+    auto it = counts_.find(old);
+    if (--it->second == 0) counts_.erase(it);
+  }
+}
+
+void Sampler::clear_history() {
+  history_.clear();
+  counts_.clear();
+}
+
+double Sampler::next_uniform() {
+  // 53 random bits -> [0, 1); defined by the standard mt19937_64 sequence, so identical everywhere.
+  return double(rng_() >> 11) * 0x1.0p-53;
+}
+
+int32_t Sampler::adjusted_logits(const float* logits, int32_t n_rows, const std::vector<bool>* allowed,
+                                 std::vector<float>& out) const {
+  if (logits == nullptr) bad("no logits given");
+  if (n_rows < n_real_vocab_)
+    bad(std::to_string(n_rows) + " logits given but the vocabulary has " + std::to_string(n_real_vocab_) +
+        " real tokens");
+  if (allowed && allowed->size() < size_t(n_real_vocab_))
+    bad("the allowed-token mask has " + std::to_string(allowed->size()) + " entries, fewer than the " +
+        std::to_string(n_real_vocab_) + " real tokens");
+  const int32_t n = n_real_vocab_;
+  out.resize(size_t(n));
+  float* w = out.data();
+  if (allowed) {
+    for (int32_t i = 0; i < n; ++i) w[i] = (std::isnan(logits[i]) || !(*allowed)[size_t(i)]) ? kNegInf : logits[i];
+  } else {  // blocks of kLanes so the compiler can vectorise the copy
+    int32_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int32_t j = 0; j < kLanes; ++j) w[i + j] = std::isnan(logits[i + j]) ? kNegInf : logits[i + j];
+    for (; i < n; ++i) w[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
+  }
+  for (const auto& [id, b] : bias_) w[id] = (b == kNegInf) ? kNegInf : w[id] + b;
+  const SamplingParams& q = params_;
+  const bool penalise = q.repetition_penalty != 1.0f || q.presence_penalty != 0.0f || q.frequency_penalty != 0.0f;
+  if (penalise) {
+    for (const auto& [id, count] : counts_) {
+      float x = w[id];
+      if (x == kNegInf) continue;
+      if (q.repetition_penalty != 1.0f) x = x > 0 ? x / q.repetition_penalty : x * q.repetition_penalty;
+      x -= float(count) * q.frequency_penalty + q.presence_penalty;
+      w[id] = std::isnan(x) ? kNegInf : x;
+    }
+  }
+  return n;
+}
+
+namespace {
+
+[[noreturn]] void no_candidate(const std::vector<bool>* allowed, int32_t n) {
+  if (allowed && std::find(allowed->begin(), allowed->begin() + n, true) == allowed->begin() + n)
+    throw std::runtime_error("sampler: the allowed-token mask allows no token");
+  throw std::runtime_error("sampler: no token can be sampled: every allowed logit is NaN or -inf or banned by logit_bias");
+}
+
+// Total order used by every truncation: larger logit first, then lower id.
+struct Better {
+  template <class C>
+  bool operator()(const C& a, const C& b) const {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  }
+};
+
+constexpr int32_t kBlock = 1024;  // the draw first finds its block of ids by block sums
+
+struct Stats {
+  float max = kNegInf;
+  int32_t n_cand = 0, n_pos_inf = 0;
+};
+
+Stats stats_of(const float* w, int32_t n) {
+  float mx[kLanes];
+  int32_t cand[kLanes] = {}, pinf[kLanes] = {};
+  std::fill(mx, mx + kLanes, kNegInf);
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int32_t j = 0; j < kLanes; ++j) {
+      const float x = w[i + j];
+      mx[j] = mx[j] < x ? x : mx[j];
+      cand[j] += x > kNegInf;
+      pinf[j] += x == kPosInf;
+    }
+  }
+  Stats r;
+  for (; i < n; ++i) {
+    r.max = std::max(r.max, w[i]);
+    r.n_cand += w[i] > kNegInf;
+    r.n_pos_inf += w[i] == kPosInf;
+  }
+  for (int32_t j = 0; j < kLanes; ++j) {
+    r.max = std::max(r.max, mx[j]);
+    r.n_cand += cand[j];
+    r.n_pos_inf += pinf[j];
+  }
+  return r;
+}
+
+double sum_of(const float* v, int32_t n) {
+  double acc[kLanes] = {};
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int32_t j = 0; j < kLanes; ++j) acc[j] += v[i + j];
+  double s = 0;
+  for (; i < n; ++i) s += v[i];
+  for (int32_t j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+
+// Draws from weights v[0..n) (>= 0, total > 0) in id order: the first id whose cumulative weight exceeds
+// uniform * total. Block sums make it one pass over the blocks and one over a single block.
+int32_t draw(const float* v, int32_t n, double uniform, std::vector<double>& block_sums) {
+  const int32_t n_blocks = (n + kBlock - 1) / kBlock;
+  block_sums.resize(size_t(n_blocks));
+  double total = 0;
+  for (int32_t b = 0; b < n_blocks; ++b) {
+    const int32_t start = b * kBlock;
+    block_sums[size_t(b)] = sum_of(v + start, std::min(kBlock, n - start));
+    total += block_sums[size_t(b)];
+  }
+  const double target = uniform * total;
+  double cum = 0;
+  int32_t last = -1;
+  for (int32_t b = 0; b < n_blocks; ++b) {
+    const double bs = block_sums[size_t(b)];
+    if (bs <= 0) continue;
+    if (target < cum + bs || b == n_blocks - 1) {
+      const int32_t start = b * kBlock, end = std::min(n, start + kBlock);
+      double acc = cum;
+      for (int32_t i = start; i < end; ++i) {
+        if (v[i] <= 0.0f) continue;
+        acc += v[i];
+        last = i;
+        if (target < acc) return i;
+      }
+      if (target < cum + bs) return last;  // rounding between the two sums: the block's last id
+    }
+    cum += bs;
+  }
+  return last;  // -1 only when every weight is 0
+}
+
+// The k best candidates (values > -inf) of w, sorted by Better: a bounded heap whose front is the worst
+// one kept, so most ids cost one comparison.
+void select_top(const float* w, int32_t n, size_t k, std::vector<Candidate>& c) {
+  c.clear();
+  k = std::min(k, size_t(n));
+  c.reserve(k);
+  for (int32_t i = 0; i < n && k > 0; ++i) {
+    const float x = w[i];
+    if (x == kNegInf) continue;
+    if (c.size() < k) {
+      c.push_back({x, i});
+      std::push_heap(c.begin(), c.end(), Better{});
+    } else if (x > c.front().logit) {  // equal logit: the later id is worse, keep the front
+      std::pop_heap(c.begin(), c.end(), Better{});
+      c.back() = {x, i};
+      std::push_heap(c.begin(), c.end(), Better{});
+    }
+  }
+  std::sort(c.begin(), c.end(), Better{});
+}
+
+}  // namespace
+
+int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const std::vector<bool>* allowed) const {
+  if (!(uniform >= 0.0 && uniform < 1.0)) bad("the uniform draw must be in [0, 1)");
+  const int32_t n = adjusted_logits(logits, n_rows, allowed, scratch.work);
+  const float* w = scratch.work.data();
+
+  const Stats st = stats_of(w, n);
+  if (st.n_cand == 0) no_candidate(allowed, n);
+  if (params_.temperature == 0.0f)  // greedy: the first (lowest) id holding the maximum
+    return int32_t(std::find(w, w + n, st.max) - w);
+  float max_logit = st.max;
+  const int32_t n_cand = st.n_cand, n_pos_inf = st.n_pos_inf;
+  const float inv_t = 1.0f / params_.temperature;
+  // p >= min_p * p_max  <=>  logit >= max + log(min_p)
+  auto min_p_threshold = [&] { return params_.min_p > 0.0f ? max_logit + std::log(params_.min_p) : kNegInf; };
+
+  // Explicit path: a short candidate list (the +inf ids, or the top_k), sorted by Better.
+  const int32_t k = params_.top_k;
+  if (n_pos_inf > 0 || (k > 0 && k < n_cand)) {
+    std::vector<Candidate>& c = scratch.cands;
+    c.clear();
+    if (n_pos_inf > 0) {  // +inf dominates everything else: uniform among the +inf ids
+      for (int32_t i = 0; i < n; ++i)
+        if (w[i] == kPosInf) c.push_back({0.0f, i});
+      max_logit = 0.0f;
+    } else {
+      select_top(w, n, size_t(k), c);
+    }
+    if (params_.top_p < 1.0f && c.size() > 1) {
+      double z = 0;
+      for (const Candidate& x : c) z += std::exp(x.logit - max_logit);
+      const double target = double(params_.top_p) * z;
+      double cum = 0;
+      size_t cut = c.size();
+      for (size_t i = 0; i < c.size(); ++i) {
+        cum += std::exp(c[i].logit - max_logit);
+        if (cum >= target) {
+          cut = i + 1;
+          break;
+        }
+      }
+      c.resize(cut);
+    }
+    const float min_logit = min_p_threshold();
+    std::erase_if(c, [&](const Candidate& x) { return x.logit < min_logit; });
+    std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+    double total = 0;
+    for (const Candidate& x : c) total += std::exp((x.logit - max_logit) * inv_t);
+    const double target = uniform * total;
+    double acc = 0;
+    int32_t last = -1;
+    for (const Candidate& x : c) {
+      const float wx = std::exp((x.logit - max_logit) * inv_t);
+      if (wx <= 0.0f) continue;
+      acc += wx;
+      last = x.id;
+      if (target < acc) return x.id;
+    }
+    if (last < 0) no_candidate(allowed, n);  // unreachable: the maximum weighs 1
+    return last;
+  }
+
+  // Implicit path over the whole vocabulary: survivors are the candidates better than (or equal to) the
+  // nucleus cut element and not below the min_p threshold; walked in id order.
+  float cut_logit = kNegInf;
+  int32_t cut_id = n;
+  std::vector<float>& weight = scratch.weights;
+  weight.resize(size_t(n));
+  if (params_.top_p < 1.0f && n_cand > 1) {
+    // Temperature-1 probabilities; the nucleus cut is found with a histogram over (max - logit), so only
+    // the one bucket the cut falls in is sorted.
+    constexpr int kBuckets = 4096;
+    constexpr float kRange = 64.0f;  // logit units covered; everything further down shares the last bucket
+    std::vector<double>& mass = scratch.bucket_mass;
+    mass.assign(kBuckets, 0.0);
+    auto bucket = [&](float x) { return std::min(kBuckets - 1, int((max_logit - x) * (kBuckets / kRange))); };
+    for (int32_t i = 0; i < n; ++i) {
+      const float e = w[i] == kNegInf ? 0.0f : std::exp(w[i] - max_logit);
+      weight[size_t(i)] = e;
+      if (e > 0.0f) mass[size_t(bucket(w[i]))] += e;
+    }
+    const double z = sum_of(weight.data(), n);
+    const double target = double(params_.top_p) * z;
+    double cum = 0;
+    int b = 0;
+    while (b < kBuckets - 1 && cum + mass[size_t(b)] < target) cum += mass[size_t(b++)];
+    std::vector<Candidate>& c = scratch.cands;
+    c.clear();
+    for (int32_t i = 0; i < n; ++i)
+      if (w[i] != kNegInf && bucket(w[i]) == b) c.push_back({w[i], i});
+    std::sort(c.begin(), c.end(), Better{});
+    for (const Candidate& x : c) {
+      cum += weight[size_t(x.id)];
+      if (cum >= target) {
+        cut_logit = x.logit;
+        cut_id = x.id;
+        break;
+      }
+    }
+    if (cut_logit == kNegInf && !c.empty()) {  // rounding kept cum just below target: keep everything
+      cut_logit = c.back().logit;
+      cut_id = n;
+    }
+  }
+  const bool reuse = params_.top_p < 1.0f && n_cand > 1 && params_.temperature == 1.0f;
+  const float min_logit = min_p_threshold();
+  // Branch-free selection: whether an id survives is data-dependent and would mispredict.
+  float* wt = weight.data();
+  for (int32_t i = 0; i < n; ++i) {
+    const float x = w[i];
+    const bool keep = (x != kNegInf) & (x >= min_logit) & ((x > cut_logit) | ((x == cut_logit) & (i <= cut_id)));
+    const float v = reuse ? wt[i] : std::exp((x - max_logit) * inv_t);  // exp(-inf) = 0
+    wt[i] = keep ? v : 0.0f;
+  }
+  const int32_t id = draw(weight.data(), n, uniform, scratch.block_sums);
+  if (id < 0) no_candidate(allowed, n);  // unreachable: the maximum weighs 1
+  return id;
+}
+
+int32_t Sampler::sample(const float* logits, int32_t n_rows, const std::vector<bool>* allowed) {
+  double u = params_.temperature == 0.0f ? 0.0 : next_uniform();
+  return pick(logits, n_rows, u, allowed);
+}
+
+namespace {
+
+// log-sum-exp of the candidates (values > -inf); +inf candidates share all of the mass.
+struct LogNorm {
+  float max = kNegInf;
+  double lse = 0;       // log(sum exp(x)) when max is finite
+  int32_t n_pos_inf = 0;
+};
+
+LogNorm log_norm(const float* w, int32_t n) {
+  const Stats st = stats_of(w, n);
+  LogNorm r;
+  r.max = st.max;
+  r.n_pos_inf = st.n_pos_inf;
+  if (r.max == kNegInf || r.max == kPosInf) return r;
+  std::vector<float>& e = scratch.weights;
+  e.resize(size_t(n));
+  for (int32_t i = 0; i < n; ++i) e[size_t(i)] = std::exp(w[i] - r.max);  // exp(-inf) = 0
+  r.lse = double(r.max) + std::log(sum_of(e.data(), n));
+  return r;
+}
+
+float logprob_of(float x, const LogNorm& r) {
+  if (x == kNegInf || r.max == kNegInf) return kNegInf;
+  if (r.max == kPosInf) return x == kPosInf ? float(-std::log(double(r.n_pos_inf))) : kNegInf;
+  return float(double(x) - r.lse);
+}
+
+}  // namespace
+
+float Sampler::logprob(const float* logits, int32_t n_rows, int32_t id, const std::vector<bool>* allowed) const {
+  if (id < 0 || id >= n_real_vocab_)
+    bad("logprob token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(n_real_vocab_) + ")");
+  const int32_t n = adjusted_logits(logits, n_rows, allowed, scratch.work);
+  return logprob_of(scratch.work[size_t(id)], log_norm(scratch.work.data(), n));
+}
+
+std::vector<Sampler::TopLogprob> Sampler::top_logprobs(const float* logits, int32_t n_rows, int32_t n_top,
+                                                       const std::vector<bool>* allowed) const {
+  if (n_top < 0) bad("top_logprobs count must be >= 0, got " + std::to_string(n_top));
+  const int32_t n = adjusted_logits(logits, n_rows, allowed, scratch.work);
+  const float* w = scratch.work.data();
+  const LogNorm norm = log_norm(w, n);
+  std::vector<TopLogprob> out;
+  if (n_top == 0 || norm.max == kNegInf) return out;
+  std::vector<Candidate>& c = scratch.cands;
+  select_top(w, n, size_t(n_top), c);
+  const size_t m = c.size();
+  out.reserve(m);
+  for (size_t i = 0; i < m; ++i) out.push_back({c[i].id, logprob_of(c[i].logit, norm)});
+  return out;
+}
+
+}  // namespace qrig::runtime

@@ -1,0 +1,110 @@
+// Token sampling: turns one row of logits into the next token id (greedy or random), with OpenAI-style
+// logit bias and penalties and a llama.cpp-like truncation chain. It runs inside the engine (runtime/engine.h); the CLI and the server reach it through requests.
+//
+// The computation is a pure function of (logits, parameters, penalty history, one uniform number), exposed
+// as Sampler::pick(), so it can later move to the GPU; Sampler::sample() only adds the random draw.
+//
+// Order of operations for one step (documented contract, tested):
+//   1. candidates: ids 0 .. n_real_vocab-1 (padding rows above are never sampled), minus ids the optional
+//      allowed-mask excludes, minus ids whose logit is NaN or -inf;
+//   2. logit bias (OpenAI semantics: added to the logit; a bias of -100 bans the id outright);
+//   3. penalties from the accepted history window (llama.cpp formulas): repetition (logit / r when
+//      positive, logit * r otherwise), then logit -= count * frequency + (count > 0) * presence;
+//   4. temperature == 0: argmax of the result, lowest id wins ties; otherwise the chain
+//      top_k -> top_p -> min_p -> temperature, then one draw (top_p and min_p see the temperature-1
+//      distribution, as in llama.cpp's default chain; temperature only reshapes what survived). top_p
+//      keeps the smallest set of most likely ids (ties: lower id first) whose mass reaches top_p. The draw
+//      walks the surviving ids in id order: the first whose cumulative weight exceeds uniform * total.
+// A +inf logit makes the +inf ids the only candidates (uniform among them). No candidate left -> throws.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <random>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace qrig::runtime {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 => greedy (deterministic argmax); must be >= 0
+  int32_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // in (0, 1]; 1 = off
+  float min_p = 0.0f;        // in [0, 1]; 0 = off; keeps ids with p >= min_p * p_max
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;  // > 0; 1 = off
+  // How many of the most recently accepted tokens the penalties look at: -1 = every accepted token
+  // (the whole context the caller chose to accept()), 0 = penalties off.
+  int32_t penalty_last_n = 64;
+  std::optional<uint64_t> seed;  // reproducible draws when set; otherwise seeded from std::random_device
+  // (token id, bias) pairs, OpenAI semantics: bias in [-100, 100] is added to the logit; -100 bans.
+  // A repeated id accumulates its biases (the ban still wins).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+
+  // Qwen3.5 model card recommendations ("general" tasks), see QWEN35.md "Tokenizer and chat":
+  //   thinking:     temperature 1.0, top_p 0.95, top_k 20, min_p 0, presence_penalty 1.5
+  //   non-thinking: temperature 0.7, top_p 0.8,  top_k 20, min_p 0, presence_penalty 1.5
+  // QWEN35.md names the presence penalty for thinking only; the model card's table lists 1.5 for the
+  // non-thinking "general" row too, so both get it. Repetition penalty stays 1. penalty_last_n is -1 (the
+  // whole accepted history, like vLLM's presence penalty over the generated text): accept() only
+  // generated tokens to match vLLM, or the prompt too to penalise prompt tokens as well.
+  static SamplingParams qwen_defaults(bool thinking);
+};
+
+class Sampler {
+ public:
+  // Throws std::invalid_argument on out-of-range parameters or bias ids outside [0, n_real_vocab).
+  Sampler(SamplingParams p, int32_t n_real_vocab);
+
+  // logits: n_rows values (n_rows >= n_real_vocab). allowed: optional mask for constrained decoding, at
+  // least n_real_vocab entries, true = may be sampled. Throws std::invalid_argument on bad sizes and
+  // std::runtime_error when no id can be sampled (mask allows none, or every allowed logit is NaN/-inf
+  // or banned). Draws one uniform number from the sampler's generator unless greedy.
+  int32_t sample(const float* logits, int32_t n_rows, const std::vector<bool>* allowed = nullptr);
+
+  // The pure function behind sample(): uniform in [0, 1) replaces the random draw (ignored when greedy).
+  int32_t pick(const float* logits, int32_t n_rows, double uniform,
+               const std::vector<bool>* allowed = nullptr) const;
+
+  // Records an accepted token for the penalties (a generated token, or a prompt token if the caller wants
+  // prompt tokens penalised). Throws std::invalid_argument for ids outside [0, n_real_vocab).
+  void accept(int32_t id);
+  // Forgets the penalty history (the random generator keeps its state).
+  void clear_history();
+
+  // Log-probabilities for OpenAI `logprobs`: log-softmax of the logits after steps 1-3 above (mask, bias,
+  // penalties) and before truncation and temperature, i.e. the distribution the truncation chain starts
+  // from. top_logprobs returns the n most likely ids, most likely first (lowest id first on ties); fewer
+  // if fewer candidates exist. logprob() of an id that cannot be sampled is -inf.
+  struct TopLogprob {
+    int32_t id;
+    float logprob;
+  };
+  std::vector<TopLogprob> top_logprobs(const float* logits, int32_t n_rows, int32_t n,
+                                       const std::vector<bool>* allowed = nullptr) const;
+  float logprob(const float* logits, int32_t n_rows, int32_t id,
+                const std::vector<bool>* allowed = nullptr) const;
+
+  const SamplingParams& params() const { return params_; }
+  int32_t n_real_vocab() const { return n_real_vocab_; }
+
+ private:
+  // Steps 1-3 into out (n_real_vocab values; -inf = not a candidate). Returns n_real_vocab.
+  int32_t adjusted_logits(const float* logits, int32_t n_rows, const std::vector<bool>* allowed,
+                          std::vector<float>& out) const;
+  double next_uniform();
+
+  SamplingParams params_;
+  int32_t n_real_vocab_;
+  std::unordered_map<int32_t, float> bias_;  // summed biases; -inf = banned
+  std::deque<int32_t> history_;              // the penalty window
+  std::unordered_map<int32_t, int32_t> counts_;  // occurrences of each id in history_
+  std::mt19937_64 rng_;
+  // Scratch buffers (about 2 MB for a 248k vocabulary) are thread_local in sampler.cpp, shared by all
+  // samplers of a thread, so many concurrent sequences do not each hold their own.
+};
+
+}  // namespace qrig::runtime

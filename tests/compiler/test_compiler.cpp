@@ -1,0 +1,163 @@
+// Compiler: hyperparameters from real GGUFs (with and without MTP), precise refusals of bad or unsupported
+// files, lowering that round-trips through the IR text, plans that round-trip through plan.toml, and the
+// decisions the passes make for the rig presets.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/compile.h"
+#include "compiler/models/qwen35.h"
+#include "gguf/writer.h"
+
+using namespace qrig;
+
+namespace {
+
+const std::string kFixtures = std::string(QRIG_SHARED_DIR) + "/fixtures/";
+const std::string kRigs = std::string(QRIG_SOURCE_DIR) + "/rigs/";
+
+// A copy of tiny.gguf with edits, for negative tests.
+struct Edit {
+  std::string key;
+  gguf::Value value;
+};
+gguf::File edited_tiny(const std::vector<Edit>& edits, const std::string& retype_tensor = "",
+                       gguf::TensorType new_type = gguf::TensorType::F32, const std::string& drop_tensor = "") {
+  gguf::File src = gguf::File::open(kFixtures + "tiny.gguf");
+  gguf::Writer w;
+  for (const auto& [k, v] : src.metadata()) w.set(k, v);
+  for (const auto& e : edits) w.set(e.key, e.value);
+  for (const auto& t : src.tensors()) {
+    if (t.name == drop_tensor) continue;
+    const uint8_t* d = src.tensor_data(t);
+    if (t.name == retype_tensor) {
+      const auto* tr = gguf::type_traits((uint32_t)new_type);
+      std::vector<uint8_t> bytes(t.n_elements / tr->block_elems * tr->block_bytes, 0);
+      w.add_tensor(t.name, new_type, t.ne, bytes);
+    } else {
+      w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(d, d + t.n_bytes));
+    }
+  }
+  auto bytes = w.to_bytes();
+  return gguf::File::from_bytes(bytes.data(), bytes.size(), "edited-tiny.gguf");
+}
+
+}  // namespace
+
+TEST_CASE("hyperparameters of tiny.gguf and tiny-mtp.gguf", "[compiler]") {
+  gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
+  auto p = compiler::Qwen35Params::from_gguf(f);
+  CHECK(p.n_layer == 8);
+  CHECK(p.n_mtp == 0);
+  CHECK(p.d == 256);
+  CHECK(p.ffn == 512);
+  CHECK(p.n_head == 2);
+  CHECK(p.n_head_kv == 1);
+  CHECK(p.head_dim == 256);
+  CHECK(p.ssm_k_heads == 2);
+  CHECK(p.ssm_v_heads == 4);
+  CHECK(p.ssm_head_dim == 128);
+  CHECK(p.conv_dim() == 1024);
+  CHECK(p.rope_dims == 64);
+  CHECK(p.rope_theta == 1e7);
+  CHECK(p.rope_sections == std::vector<int64_t>{11, 11, 10, 0});
+  CHECK(p.vocab == 1088);
+  CHECK(p.context_length == 8192);
+  CHECK(p.eps == Approx(1e-6));
+  for (int L = 0; L < 8; ++L) CHECK(p.is_full_attention(L) == (L == 3 || L == 7));
+
+  gguf::File m = gguf::File::open(kFixtures + "tiny-mtp.gguf");
+  auto pm = compiler::Qwen35Params::from_gguf(m);
+  CHECK(pm.n_layer == 8);
+  CHECK(pm.n_mtp == 1);
+  auto plan = compiler::compile(m, compiler::Rig::default_cpu(), {});
+  bool noted = false;
+  for (const auto& n : plan.notes) noted |= n.find("MTP block present (blk.8)") != std::string::npos;
+  CHECK(noted);
+  for (const auto& op : plan.graph.ops)
+    if (op.has("weight")) CHECK(op.s("weight").rfind("blk.8.", 0) != 0);  // MTP kept aside, not lowered
+}
+
+TEST_CASE("unsupported or inconsistent models are refused with precise messages", "[compiler]") {
+  using gguf::Value;
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"general.architecture", Value::of_str("qwen35moe")}})),
+                    Catch::Contains("qwen35moe") && Catch::Contains("not supported yet"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"general.architecture", Value::of_str("llama")}})),
+                    Catch::Contains("'llama'"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({}, "blk.2.ffn_up.weight", gguf::TensorType::Q4_K)),
+                    Catch::Contains("blk.2.ffn_up.weight") && Catch::Contains("Q4_K"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.attention.head_count_kv", Value::of_u32(3)}})),
+                    Catch::Contains("not a multiple of head_count_kv"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.feed_forward_length", Value::of_u32(1024)}})),
+                    Catch::Contains("blk.0.ffn_gate.weight") && Catch::Contains("shape"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.ssm.time_step_rank", Value::of_u32(3)}})),
+                    Catch::Contains("time_step_rank"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({}, "", gguf::TensorType::F32, "blk.5.ssm_a")),
+                    Catch::Contains("blk.5.ssm_a") && Catch::Contains("missing"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.block_count", Value::of_str("8")}})),
+                    Catch::Contains("block_count"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.embedding_length", Value::of_u32(0)}})),
+                    Catch::Contains("embedding_length"));
+}
+
+TEST_CASE("lowered graph and plan round-trip through their text forms", "[compiler]") {
+  gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
+  auto plan = compiler::compile(f, compiler::Rig::load(kRigs + "cpu.toml"), {});
+  const std::string text = ir::print(plan.graph);
+  CHECK(ir::print(ir::parse(text)) == text);
+  auto dir = std::filesystem::temp_directory_path() / "qrig-test-plan";
+  std::filesystem::remove_all(dir);
+  plan.write(dir.string());
+  ir::Plan back = ir::Plan::read(dir.string());
+  CHECK(back.to_toml() == plan.to_toml());
+  CHECK(ir::print(back.graph) == text);
+  CHECK(back.backend == "cpu");
+  CHECK(back.kv_dtype == "f32");
+  CHECK(back.vocab_real == 1033);  // PAD rows excluded
+  CHECK(back.model_size == (int64_t)f.file_size());
+  // A hand-broken plan is refused with the file named.
+  {
+    std::ofstream(dir / "graph.ir") << "graph g {\n  %x = add(%a) : f32[T]\n}\n";
+  }
+  CHECK_THROWS_WITH(ir::Plan::read(dir.string()), Catch::Contains("graph.ir"));
+  CHECK_THROWS_WITH(ir::Plan::read((dir / "nothing").string()), Catch::Contains("not a plan directory"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("passes decide per rig", "[compiler]") {
+  gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
+  auto cmp = compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), {});
+  CHECK(cmp.backend == "cuda");
+  CHECK(cmp.arch_target == "sm_70");
+  CHECK(cmp.kernel_family == "dp4a");
+  CHECK(cmp.kv_dtype == "f16");
+  REQUIRE(cmp.placement.size() == 4);
+  CHECK(cmp.placement.front().first_layer == 0);
+  CHECK(cmp.placement.back().last_layer == 7);
+  for (size_t k = 1; k < 4; ++k) CHECK(cmp.placement[k].first_layer == cmp.placement[k - 1].last_layer + 1);
+  for (const auto& st : cmp.graph.states)
+    if (st.name.rfind("kv.", 0) == 0) CHECK(st.type.dtype == ir::DType::f16);
+
+  auto h200 = compiler::compile(f, compiler::Rig::load(kRigs + "h200.toml"), {});
+  CHECK(h200.arch_target == "sm_90");
+  CHECK(h200.placement.size() == 1);
+  CHECK(h200.context_length == 8192);  // capped by the model's context_length
+
+  compiler::CompileOptions co;
+  co.force_backend = "cpu";
+  auto forced = compiler::compile(f, compiler::Rig::load(kRigs + "h200.toml"), co);
+  CHECK(forced.backend == "cpu");
+  // Context length that does not fit is refused; one that fits is kept.
+  co = {};
+  co.context_length = 4096;
+  CHECK(compiler::compile(f, compiler::Rig::load(kRigs + "cpu.toml"), co).context_length == 4096);
+  auto small = compiler::Rig::parse("[[device]]\nkind=\"cpu\"\nmemory_gib=0.15\n", "small");
+  co.context_length = 100000;
+  CHECK_THROWS_WITH(compiler::compile(f, small, co), Catch::Contains("does not fit"));
+  auto tiny_mem = compiler::Rig::parse("[[device]]\nkind=\"cpu\"\nmemory_gib=0.01\n", "tiny");
+  CHECK_THROWS_WITH(compiler::compile(f, tiny_mem, {}), Catch::Contains("does not fit"));
+  CHECK_THROWS_WITH(compiler::Rig::parse("[[device]]\nkind=\"tpu\"\nmemory_gib=1.0\n", "bad"), Catch::Contains("tpu"));
+  CHECK_THROWS_WITH(compiler::Rig::parse("[rig]\nname=\"x\"\n", "bad"), Catch::Contains("at least one"));
+  CHECK_THROWS_WITH(compiler::Rig::parse("[[device]\n", "bad"), Catch::Contains("bad"));
+}

@@ -1,0 +1,83 @@
+// render_chat_request: turns a chat-completions request body into ChatOptions (template kwargs,
+// add_generation_prompt) and applies Qwen3's /think and /no_think soft switches before rendering
+// with render_chat (chat.cpp). Kept apart from the template logic so that file mirrors only the
+// template.
+#include "text/chat.h"
+
+#include "text/chat_pyfmt.h"
+
+#include <optional>
+#include <string_view>
+
+namespace qrig::text {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+bool bool_field(const Json& obj, const char* key, bool fallback, const char* where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw ChatError(std::string("chat: ") + where + key + " must be a boolean");
+  return it->get<bool>();
+}
+
+// Removes a trailing "/think" or "/no_think" switch (and the whitespace around it) from `text`.
+// The switch must stand alone: at the start of the text or after whitespace, so a path such as
+// "cat /tmp/think" is left alone. Returns the thinking mode it asks for.
+std::optional<bool> strip_switch(std::string& text) {
+  std::string_view t = py::rstrip(text);
+  for (auto [word, thinking] : {std::pair{std::string_view("/no_think"), false},
+                                std::pair{std::string_view("/think"), true}}) {
+    if (t.size() < word.size() || t.substr(t.size() - word.size()) != word) continue;
+    std::string_view rest = t.substr(0, t.size() - word.size());
+    std::string_view kept = py::rstrip(rest);
+    if (!rest.empty() && kept.size() == rest.size()) continue;  // glued to the previous word
+    text.resize(kept.size());
+    return thinking;
+  }
+  return std::nullopt;
+}
+
+// The soft switch, looked up in the last user message: in its content string, or in the last part
+// of a content array when that part is a text part.
+std::optional<bool> apply_soft_switch(Json& messages) {
+  if (!messages.is_array()) return std::nullopt;
+  for (size_t i = messages.size(); i-- > 0;) {
+    Json& m = messages[i];
+    if (!m.is_object() || !m.contains("role") || m["role"] != "user") continue;
+    auto c = m.find("content");
+    if (c == m.end()) return std::nullopt;
+    Json* text = nullptr;
+    if (c->is_string()) {
+      text = &*c;
+    } else if (c->is_array() && !c->empty() && c->back().is_object()) {
+      Json& part = c->back();
+      bool media = part.contains("image") || part.contains("image_url") || part.contains("video") ||
+                   part.value("type", Json()) == "image" || part.value("type", Json()) == "video";
+      auto t = part.find("text");
+      if (!media && t != part.end() && t->is_string()) text = &*t;
+    }
+    if (!text) return std::nullopt;
+    return strip_switch(text->get_ref<std::string&>());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string render_chat_request(const nlohmann::ordered_json& body) {
+  if (!body.is_object()) throw ChatError("chat: request body must be a JSON object");
+  ChatOptions opt;
+  opt.add_generation_prompt = bool_field(body, "add_generation_prompt", true, "");
+  if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
+    if (!kw->is_object()) throw ChatError("chat: chat_template_kwargs must be an object");
+    opt.enable_thinking = bool_field(*kw, "enable_thinking", true, "chat_template_kwargs.");
+    opt.preserve_thinking = bool_field(*kw, "preserve_thinking", false, "chat_template_kwargs.");
+    opt.add_vision_id = bool_field(*kw, "add_vision_id", false, "chat_template_kwargs.");
+  }
+  Json messages = body.value("messages", Json());
+  if (auto thinking = apply_soft_switch(messages)) opt.enable_thinking = *thinking;
+  return render_chat(messages, body.value("tools", Json()), opt);
+}
+
+}  // namespace qrig::text
