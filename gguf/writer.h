@@ -42,6 +42,9 @@ class Writer {
 
   void write(const std::string& path) const;  // streams into a temp file, then renames it into place
   std::vector<uint8_t> to_bytes() const;
+  // Everything before the data section, unpadded: with a sparse file of file_size() bytes, a metadata-only
+  // GGUF that the compiler can plan from (tests plan 9B/27B shapes without writing their weights).
+  std::vector<uint8_t> header() const;
 
  private:
   struct Tensor {
@@ -56,7 +59,6 @@ class Writer {
   using Sink = std::function<void(const uint8_t* p, size_t n)>;
   void check_new_tensor(const std::string& name, TensorType type, const std::vector<uint64_t>& ne,
                         uint64_t& n_bytes, uint64_t& row_bytes) const;
-  std::vector<uint8_t> header() const;  // everything before the data section, unpadded
   void emit(const Sink& out) const;  // the whole file, in order
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<Tensor> tensors_;

@@ -1,0 +1,94 @@
+// Typed, checked launchers of the default-family kernels (see launch.h).
+#include "runtime/cuda/launch.h"
+
+#include <climits>
+
+#include <fmt/format.h>
+
+namespace qrig::cuda {
+
+namespace {
+
+void require_kernel(const LoadedKernel& k, const char* kernel) {
+  if (k.variant.kernel != kernel)
+    throw KernelError(fmt::format("{} launcher given the variant {}", kernel, k.variant.name));
+}
+
+void require_aligned(const void* p, size_t align, const LoadedKernel& k, const char* what) {
+  if (!p) throw KernelError(fmt::format("{}: {} is null", k.variant.name, what));
+  if (reinterpret_cast<uintptr_t>(p) % align != 0)
+    throw KernelError(fmt::format("{}: {} is not {}-byte aligned", k.variant.name, what, align));
+}
+
+unsigned grid_for(int64_t items, int64_t per_block, const LoadedKernel& k) {
+  const int64_t g = (items + per_block - 1) / per_block;
+  if (g <= 0 || g > INT_MAX) throw KernelError(fmt::format("{}: {} items need a grid of {} blocks", k.variant.name, items, g));
+  return (unsigned)g;
+}
+
+void require_q8(const Q8Matrix& m, const LoadedKernel& k, const char* what) {
+  require_aligned(m.qs, 16, k, what);
+  require_aligned(m.scales, 2, k, what);
+  if (m.rows <= 0 || m.rows > INT_MAX || m.cols <= 0 || m.cols % 32 != 0)
+    throw KernelError(fmt::format("{}: {} has shape [{}][{}]", k.variant.name, what, m.rows, m.cols));
+}
+
+}  // namespace
+
+LoadedKernel load_kernel(const CompiledKernel& c) {
+  Library lib(c.cubin, fmt::format("{} (sm_{})", c.variant.name, c.arch.target_sm));
+  return {c.variant, lib.kernel(c.variant.kernel, (int)c.variant.threads())};
+}
+
+void launch_rmsnorm_f32(const LoadedKernel& k, const float* x, const float* w, float* out, int64_t rows, float eps,
+                        cudaStream_t stream) {
+  require_kernel(k, "rmsnorm_f32");
+  require_aligned(x, 16, k, "x");
+  require_aligned(w, 16, k, "w");
+  require_aligned(out, 16, k, "out");
+  if (rows <= 0) throw KernelError(fmt::format("{}: {} rows", k.variant.name, rows));
+  k.kernel.launch(dim3(grid_for(rows, 1, k)), dim3((unsigned)k.variant.threads()), 0, stream, x, w, out, eps);
+}
+
+void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, float* xd, int64_t n, cudaStream_t stream) {
+  require_kernel(k, "quant_act_q8");
+  require_aligned(x, 4, k, "x");
+  require_aligned(xq, 1, k, "xq");
+  require_aligned(xd, 4, k, "xd");
+  if (n <= 0 || n % 32 != 0) throw KernelError(fmt::format("{}: {} values is not a positive multiple of 32", k.variant.name, n));
+  const long long blocks = n / 32;
+  const int64_t warps = k.variant.threads() / 32;
+  k.kernel.launch(dim3(grid_for(blocks, warps, k)), dim3((unsigned)k.variant.threads()), 0, stream, x,
+                  reinterpret_cast<signed char*>(xq), xd, blocks);
+}
+
+void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, float* y,
+                      cudaStream_t stream) {
+  require_kernel(k, "gemv_q8_0_dp4a");
+  require_q8(w, k, "weights");
+  if (w.cols != k.variant.param("k"))
+    throw KernelError(fmt::format("{}: weights have {} columns", k.variant.name, w.cols));
+  require_aligned(xq, 16, k, "xq");
+  require_aligned(xd, 4, k, "xd");
+  require_aligned(y, 4, k, "y");
+  const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
+  k.kernel.launch(dim3(grid_for(w.rows, rows_per_block, k)), dim3((unsigned)k.variant.threads()), 0, stream,
+                  reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
+                  reinterpret_cast<const signed char*>(xq), xd, y, (int)w.rows);
+}
+
+void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,
+                       float* out, cudaStream_t stream) {
+  require_kernel(k, "embed_q8_0");
+  require_q8(table, k, "table");
+  if (table.cols != k.variant.param("d"))
+    throw KernelError(fmt::format("{}: the table has {} columns", k.variant.name, table.cols));
+  require_aligned(tokens, 4, k, "tokens");
+  require_aligned(out, 16, k, "out");
+  if (n_tokens <= 0) throw KernelError(fmt::format("{}: {} tokens", k.variant.name, n_tokens));
+  k.kernel.launch(dim3(grid_for(n_tokens, 1, k)), dim3((unsigned)k.variant.threads()), 0, stream,
+                  reinterpret_cast<const signed char*>(table.qs), reinterpret_cast<const unsigned short*>(table.scales),
+                  reinterpret_cast<const int*>(tokens), (int)table.rows, out);
+}
+
+}  // namespace qrig::cuda

@@ -1,0 +1,47 @@
+// Typed launchers of the default-family kernels: each checks that the loaded variant is the right template
+// for the shapes it is given (a K mismatch would read the wrong rows, silently), that pointers are aligned
+// for the kernel's vector loads, and that counts fit, then computes the grid and launches on a stream.
+// Device pointers only. The CPU reference of each is named in its template's header comment.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/cuda/variant.h"
+
+namespace qrig::cuda {
+
+// A compiled variant loaded on the GPU(s).
+struct LoadedKernel {
+  Variant variant;
+  Kernel kernel;
+};
+// Loads the cubin (cudaLibraryLoadData) and finds the variant's entry point.
+LoadedKernel load_kernel(const CompiledKernel& k);
+
+// A repacked Q8_0 matrix in device memory (q8_layout.h): qs int8 [rows][cols], scales fp16 [rows][cols/32].
+struct Q8Matrix {
+  const int8_t* qs = nullptr;
+  const uint16_t* scales = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// out[r] = rmsnorm(x[r]) * w for `rows` rows of variant.d floats (rmsnorm_f32). out may equal x.
+void launch_rmsnorm_f32(const LoadedKernel& k, const float* x, const float* w, float* out, int64_t rows, float eps,
+                        cudaStream_t stream);
+
+// n values (a multiple of 32; rows are contiguous) -> int8 xq[n] + f32 xd[n/32] (quant_act_q8).
+void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, float* xd, int64_t n, cudaStream_t stream);
+
+// y[w.rows] = W x for one quantized activation row (gemv_q8_0_dp4a; variant.k must equal w.cols).
+void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, float* y,
+                      cudaStream_t stream);
+
+// out[t] = row tokens[t] of the table as f32 (embed_q8_0; variant.d must equal table.cols). Ids are checked
+// by the caller on the host (the kernel writes NaN rows for bad ids rather than reading out of bounds).
+void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,
+                       float* out, cudaStream_t stream);
+
+}  // namespace qrig::cuda

@@ -1,0 +1,52 @@
+// Q8_0 repacking and the host reference of activation quantization (see q8_layout.h).
+#include "runtime/cuda/q8_layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "runtime/cuda/variant.h"
+
+namespace qrig::cuda {
+
+void repack_q8_0(const uint8_t* src, int64_t rows, int64_t cols, int8_t* qs, uint16_t* scales) {
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0)
+    throw KernelError(fmt::format("repack_q8_0: shape [{}][{}] is not rows x a positive multiple of 32", rows, cols));
+  if (!src || !qs || !scales) throw KernelError("repack_q8_0: null buffer");
+  const size_t blocks = (size_t)rows * (size_t)(cols / 32);
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = src + b * 34;
+    std::memcpy(&scales[b], blk, 2);
+    std::memcpy(qs + b * 32, blk + 2, 32);
+  }
+}
+
+void quantize_activation_q8(const float* x, int64_t n, int8_t* q, float* d) {
+  if (n < 0 || n % 32 != 0) throw KernelError(fmt::format("quantize_activation_q8: {} values is not a multiple of 32", n));
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    bool bad = false;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      bad |= !std::isfinite(xb[i]);
+      amax = std::max(amax, std::fabs(xb[i]));
+    }
+    const float db = amax / 127.0f;
+    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const int v = bad ? 0 : (int)std::round(xb[i] * id);
+      q[b * 32 + i] = (int8_t)std::clamp(v, -127, 127);
+    }
+    d[b] = bad ? std::nanf("") : db;
+  }
+}
+
+std::vector<float> dequantize_activation_q8(const int8_t* q, const float* d, int64_t n) {
+  std::vector<float> out((size_t)n);
+  for (int64_t i = 0; i < n; ++i) out[(size_t)i] = (float)q[i] * d[i / 32];
+  return out;
+}
+
+}  // namespace qrig::cuda

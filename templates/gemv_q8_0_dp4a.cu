@@ -1,0 +1,90 @@
+// Decode GEMV of the default family: y[n] = sum over 32-blocks b of wd[n][b] * xd[b] * dot(wq[n][b], xq[b]),
+// with repacked Q8_0 weights (runtime/cuda/q8_layout.h: int8 wq [N][K] and fp16 scales wd [N][K/32], so
+// weights load with aligned 16-byte loads) and an activation row quantized by quant_act_q8 (int8 xq [K],
+// f32 xd [K/32]). CPU reference: qrig::cpu::matmul on the same weights and the dequantized activation.
+//
+// Each block stages the activation in shared memory, then each warp computes R consecutive rows: per
+// 512-byte chunk of a row, lane l loads 16 weight bytes (half a Q8_0 block) and their fp16 scale, 4 dp4a
+// against the activation, one exact int->float conversion and one FMA. U chunks of all R rows are loaded
+// before any is used (bytes in flight for HBM), the per-lane partial sums are reduced by a butterfly in a
+// fixed order (deterministic), lane 0 writes the row. Rows past n_rows (the last warp) are computed on a
+// clamped row and not written.
+// Variant: gemv_q8_0_dp4a_k<K>_r<R>_u<U>_t<T>.  Grid: ceil(n_rows / (R * T/32)).
+// Arguments: wq, wd, xq, xd, y, n_rows.
+#include "qrig_common.cuh"
+
+static_assert(QRIG_K % 32 == 0, "gemv_q8_0_dp4a: K must be a multiple of 32");
+static_assert(QRIG_K <= 32768, "gemv_q8_0_dp4a: the activation is staged in 36 KiB of shared memory at most");
+static_assert(QRIG_ROWS >= 1 && QRIG_ROWS <= 8, "gemv_q8_0_dp4a: R in 1..8");
+static_assert(QRIG_UNROLL >= 1 && QRIG_UNROLL <= 8, "gemv_q8_0_dp4a: U in 1..8");
+static_assert(QRIG_THREADS % 32 == 0 && QRIG_THREADS <= 1024, "gemv_q8_0_dp4a: bad block size");
+
+extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
+gemv_q8_0_dp4a(const signed char* __restrict__ wq, const unsigned short* __restrict__ wd,
+               const signed char* __restrict__ xq, const float* __restrict__ xd, float* __restrict__ y,
+               int n_rows) {
+  constexpr int K = QRIG_K, R = QRIG_ROWS, U = QRIG_UNROLL, T = QRIG_THREADS;
+  constexpr int WARPS = T / 32;
+  constexpr int VEC = K / 16;      // 16-byte vectors per row
+  constexpr int NB = K / 32;       // Q8_0 blocks per row
+  constexpr int CHUNKS = VEC / 32; // full 512-byte chunks (one vector per lane)
+  constexpr int TAIL = VEC % 32;   // vectors of the last, partial chunk
+
+  __shared__ int4 s_xq[VEC];
+  __shared__ float s_xd[NB];
+  for (int i = threadIdx.x; i < VEC; i += T) s_xq[i] = reinterpret_cast<const int4*>(xq)[i];
+  for (int i = threadIdx.x; i < NB; i += T) s_xd[i] = xd[i];
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.x * WARPS + (threadIdx.x >> 5)) * R;
+  if (row0 >= n_rows) return;
+  const int4* wrow[R];
+  const unsigned short* srow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const size_t row = (size_t)min(row0 + r, n_rows - 1);
+    wrow[r] = reinterpret_cast<const int4*>(wq + row * K);
+    srow[r] = wd + row * NB;
+  }
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+
+#pragma unroll 1
+  for (int c0 = 0; c0 < CHUNKS; c0 += U) {
+    int4 w[U][R];
+    unsigned short s[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (CHUNKS % U == 0 || c0 + u < CHUNKS) {
+          w[u][r] = __ldg(wrow[r] + (c0 + u) * 32 + lane);
+          s[u][r] = __ldg(srow[r] + (c0 + u) * 16 + (lane >> 1));
+        }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (CHUNKS % U == 0 || c0 + u < CHUNKS) {
+        const int4 a = s_xq[(c0 + u) * 32 + lane];
+        const float ad = s_xd[(c0 + u) * 16 + (lane >> 1)];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          acc[r] += qrig_small_int_to_float(qrig_dot16(w[u][r], a)) * (qrig_half_to_float(s[u][r]) * ad);
+      }
+  }
+  if (TAIL > 0 && lane < TAIL) {
+    const int v = CHUNKS * 32 + lane;
+    const int4 a = s_xq[v];
+    const float ad = s_xd[v >> 1];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      acc[r] += qrig_small_int_to_float(qrig_dot16(__ldg(wrow[r] + v), a)) *
+                (qrig_half_to_float(__ldg(srow[r] + (v >> 1))) * ad);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = qrig_warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < n_rows) y[row0 + r] = v;
+  }
+}

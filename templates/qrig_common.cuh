@@ -1,0 +1,70 @@
+// Device helpers shared by the templates of the default kernel family: fp16 bits -> float without
+// cuda_fp16.h, dp4a, an exact small-int -> float conversion and deterministic warp reductions. Everything
+// here must be sm_70 material: no mma/wmma/wgmma, ldmatrix, cp.async, redux.sync or bf16 arithmetic (the
+// CMP rigs are sm_70; tests/cuda scans the PTX of their plans for those instructions).
+//
+// QRIG_SM is the feature-set architecture the kernel is written for (70 for a CMP 100-210 even when NVRTC
+// must emit sm_75 code); __CUDA_ARCH__ is the code target. Gate optional newer features on QRIG_SM.
+#pragma once
+
+#ifndef QRIG_SM
+#error "QRIG_SM (feature-set architecture, e.g. 70) must be defined by the kernel compiler"
+#endif
+#if QRIG_SM < 70
+#error "the default kernel family needs sm_70 or newer"
+#endif
+
+#define QRIG_FULL_MASK 0xffffffffu
+
+// fp16 (IEEE binary16 bits) -> float, exact for every value (subnormals, inf, NaN included).
+__device__ __forceinline__ float qrig_half_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// Exact int -> float for |s| < 2^22 with one integer and one float add (the magic-number trick: the I2F
+// unit runs at a quarter of the dp4a rate). A dot of 16 int8 pairs is at most 16 * 128 * 128 = 2^18.
+__device__ __forceinline__ float qrig_small_int_to_float(int s) {
+  return __int_as_float(0x4B400000 + s) - 12582912.0f;
+}
+
+// Sum of the 4 int8 x int8 products of two packed words, plus acc (dp4a, sm_61+).
+__device__ __forceinline__ int qrig_dot4(int a, int b, int acc) { return __dp4a(a, b, acc); }
+
+// Dot of 16 int8 pairs held in two int4.
+__device__ __forceinline__ int qrig_dot16(int4 a, int4 b) {
+  int s = qrig_dot4(a.x, b.x, 0);
+  s = qrig_dot4(a.y, b.y, s);
+  s = qrig_dot4(a.z, b.z, s);
+  return qrig_dot4(a.w, b.w, s);
+}
+
+// Butterfly reductions: every lane ends with the same value, combined in the same fixed order on every
+// run (floating-point addition is commutative, so lane i and lane i^m agree bit for bit).
+__device__ __forceinline__ float qrig_warp_sum(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(QRIG_FULL_MASK, v, m);
+  return v;
+}
+
+__device__ __forceinline__ float qrig_warp_max(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(QRIG_FULL_MASK, v, m));
+  return v;
+}
+
+// Sum over the block (threads = T, a multiple of 32); every thread gets the result. Deterministic: warp
+// butterflies, then the warp sums added in warp order. `scratch` holds T/32 floats of shared memory; the
+// function synchronises before returning, so scratch may be reused afterwards.
+template <int T>
+__device__ __forceinline__ float qrig_block_sum(float v, float* scratch) {
+  v = qrig_warp_sum(v);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < T / 32; ++w) s += scratch[w];
+  __syncthreads();
+  return s;
+}

@@ -1,0 +1,126 @@
+// CI without a GPU: every kernel variant that a plan for rigs/h200.toml or rigs/cmp-100-210-x4.toml requests
+// (tiny, 9B and 27B models) compiles with NVRTC for sm_75, sm_80, sm_86, sm_89 and sm_90, and for the CMP
+// rig's sm_70 feature set (sm_75 code under NVRTC 13). Each cubin's PTX declares the variant's block size
+// (__launch_bounds__), ptxas reports no register spills, no default-family kernel uses tensor cores on any
+// arch, and the PTX of every kernel of the CMP plans holds no instruction newer than sm_70.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/cuda/plan_kernels.h"
+#include "runtime/cuda/ptx_scan.h"
+#include "tests/cuda/cuda_test_util.h"
+
+using namespace qrig;
+using namespace qrig::cuda;
+
+namespace {
+
+const std::vector<std::string> kModels = {"tiny", "9b", "27b"};
+const std::vector<std::string> kRigNames = {"h200", "cmp-100-210-x4"};
+const std::vector<int> kCiArchs = {75, 80, 86, 89, 90};
+
+struct Job {
+  Variant variant;
+  int feature_sm;
+};
+
+// Compiles every job on two threads (NVRTC is thread-safe; this machine has two cores).
+std::vector<CompiledKernel> compile_all(KernelCompiler& c, const std::vector<Job>& jobs) {
+  std::vector<CompiledKernel> out(jobs.size());
+  std::vector<std::string> errors;
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < jobs.size();) {
+      try {
+        out[i] = c.get(jobs[i].variant, jobs[i].feature_sm);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        errors.push_back(fmt::format("{} for sm_{}: {}", jobs[i].variant.name, jobs[i].feature_sm, e.what()));
+      }
+    }
+  };
+  std::thread t(work);
+  work();
+  t.join();
+  for (const auto& e : errors) FAIL_CHECK(e);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every variant of the preset plans compiles for every CI arch; the CMP plans' PTX is sm_70-only",
+          "[cuda]") {
+  // The variants per plan, and which feature set each plan compiles for.
+  std::map<std::string, Variant> all;
+  std::vector<Job> jobs;
+  std::set<std::string> cmp_variants;
+  int cmp_sm = 0;
+  for (const auto& rig : kRigNames)
+    for (const auto& model : kModels) {
+      const ir::Plan& p = test::preset_plan(model, rig);
+      for (const Variant& v : plan_kernels(p).variants) {
+        all.emplace(v.name, v);
+        if (rig == "cmp-100-210-x4") {
+          cmp_variants.insert(v.name);
+          cmp_sm = parse_sm(p.arch_target);
+        }
+      }
+    }
+  REQUIRE(cmp_sm == 70);
+  REQUIRE(all.size() >= 14);
+  for (const auto& [name, v] : all)
+    for (int sm : kCiArchs) jobs.push_back({v, sm});
+  for (const auto& name : cmp_variants) jobs.push_back({all.at(name), cmp_sm});
+
+  test::ScratchDir dir("template-compile");
+  KernelCompiler compiler(dir.path);
+  const auto kernels = compile_all(compiler, jobs);
+  CHECK(compiler.compiles() == (int64_t)jobs.size());  // each (variant, feature set) compiled exactly once
+
+  int cmp_scanned = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const CompiledKernel& k = kernels[i];
+    if (k.cubin.empty()) continue;  // reported by compile_all
+    INFO(k.variant.name << " for sm_" << jobs[i].feature_sm << " (code sm_" << k.arch.target_sm << ")");
+    const auto entries = ptx_entries(k.ptx);
+    REQUIRE(entries.size() == 1);
+    CHECK(entries[0].name == k.variant.kernel);
+    CHECK(entries[0].maxntid == k.variant.threads());
+    const PtxasReport r = parse_ptxas_report(k.log);
+    INFO(k.log);
+    CHECK(r.registers > 0);
+    CHECK(r.spill_store_bytes == 0);
+    CHECK(r.spill_load_bytes == 0);
+    for (const auto& f : scan_ptx_newer_than_sm70(k.ptx)) {
+      INFO("line " << f.line << ": " << f.instruction << " (" << f.why << ")");
+      CHECK(f.why.find("tensor-core") == std::string::npos);  // never in the default family, on any arch
+      CHECK(jobs[i].feature_sm != cmp_sm);                      // nothing newer than sm_70 in the CMP plans
+    }
+    if (jobs[i].feature_sm == cmp_sm) {
+      ++cmp_scanned;
+      CHECK(k.arch.target_sm == choose_arch(70).target_sm);
+    }
+  }
+  CHECK(cmp_scanned == (int)cmp_variants.size());
+  if (choose_arch(70).substituted()) {
+    const auto notes = compiler.notes();
+    REQUIRE(notes.size() == 1);
+    CHECK_THAT(notes[0], Catch::Contains("cannot target sm_70"));
+  }
+
+  // Warm: asking again compiles nothing, even with compiling forbidden.
+  compiler.forbid_jit();
+  const auto again = compile_all(compiler, jobs);
+  CHECK(compiler.compiles() == (int64_t)jobs.size());
+  CHECK(compiler.memory_hits() == (int64_t)jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) CHECK(again[i].cubin == kernels[i].cubin);
+}
