@@ -1,6 +1,7 @@
 // Pass: static memory plan. Sums weight bytes, per-token KV bytes, per-sequence GDN/conv state and the
 // activations of one step, then sets the context length that fits the smallest device's budget.
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -38,15 +39,29 @@ void plan_memory(CompileContext& cx) {
   }
   p.max_batch_tokens = std::max<int64_t>(1, cx.options.max_batch_tokens);
   p.max_sequences = std::max<int64_t>(1, cx.options.max_sequences);
-  // Activations: every op result of one step at max_batch_tokens (the reference keeps them all; the CUDA
-  // runtime will reuse buffers by lifetime).
-  int64_t act = 0;
-  for (const auto& op : p.graph.ops) {
-    if (op.result.empty()) continue;
+  // Activations of one step at max_batch_tokens. The CPU reference executor keeps every value of a step; a
+  // GPU runtime reuses buffers, so it needs the peak of the values alive at once (defined, not yet last used).
+  auto bytes_of = [&](const ir::Op& op) {
     int64_t e = 1;
     for (int64_t d : op.type.shape) e *= d < 0 ? p.max_batch_tokens : d;
-    act += e * 4;
+    return e * 4;
+  };
+  const auto& ops = p.graph.ops;
+  std::map<std::string, size_t> last_use;
+  for (size_t k = 0; k < ops.size(); ++k)
+    for (const auto& a : ops[k].args) last_use[a] = k;
+  for (const auto& o : p.graph.outputs) last_use[o] = ops.size();
+  int64_t act = 0, live = 0, peak = 0;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (!ops[k].result.empty()) {
+      act += bytes_of(ops[k]);
+      live += bytes_of(ops[k]);
+    }
+    peak = std::max(peak, live);
+    for (size_t j = 0; j <= k; ++j)  // free what op k used for the last time
+      if (!ops[j].result.empty() && last_use.count(ops[j].result) && last_use[ops[j].result] == k) live -= bytes_of(ops[j]);
   }
+  if (p.backend != "cpu") act = peak;
   m.activation_bytes = act;
 
   double gib = 1e300;
