@@ -1,6 +1,6 @@
 // builtin_model_path() (cli/commands.h): the model `qrig run` and `qrig serve` use when given none, a tiny
-// random-weight Qwen3.5 written once by the synth preset "tiny" to $XDG_CACHE_HOME/qrig/tiny-synth.gguf
-// (else ~/.cache/qrig/, else the temp directory), atomically (write to a temporary name, then rename).
+// random-weight Qwen3.5 written once by the synth preset "tiny" (seed 0) to $XDG_CACHE_HOME/qrig/tiny-synth.gguf
+// (else ~/.cache/qrig/, else the temp directory), atomically: written under a temporary name, then renamed.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -8,13 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "cli/args.h"
 #include "cli/commands.h"
-
-#if __has_include("cli/synth.h")
 #include "cli/synth.h"
-#define QRIG_HAVE_SYNTH 1
-#endif
 
 namespace qrig::cli {
 
@@ -26,16 +21,12 @@ std::string builtin_model_path() {
   dir /= "qrig";
   std::filesystem::path path = dir / "tiny-synth.gguf";
   if (std::filesystem::exists(path)) return path.string();
-#ifdef QRIG_HAVE_SYNTH
   std::filesystem::create_directories(dir);
   std::filesystem::path tmp = dir / fmt::format("tiny-synth.gguf.tmp{}", (long)getpid());
   write_synth_model("tiny", 0, tmp.string());
   std::filesystem::rename(tmp, path);  // a concurrent writer's file is identical (same preset and seed)
   fmt::print(stderr, "qrig: wrote the built-in tiny model (random weights) to {}\n", path.string());
   return path.string();
-#else
-  throw UsageError("no model given and this build has no built-in model (cli/synth.h is missing); give a .gguf or a plan");
-#endif
 }
 
 }  // namespace qrig::cli

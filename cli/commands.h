@@ -11,6 +11,7 @@ namespace qrig::cli {
 int cmd_compile(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
+int cmd_serve(int argc, char** argv);  // cli/cmd_serve.cpp: the OpenAI-compatible server
 int cmd_run(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_template(int argc, char** argv);

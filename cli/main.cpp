@@ -18,6 +18,7 @@ const char* kUsage =
     "  inspect PLAN_DIR [--graph]                         print a plan's decisions\n"
     "  verify MODEL|PLAN REF.gguf [--tol X] [--split N]   compare with a reference file\n"
     "  run [MODEL|PLAN] -p PROMPT [--chat] [--no-think]    generate, streaming to the terminal\n"
+    "  serve [MODEL|PLAN] [--port N] [--parallel N]       OpenAI-compatible HTTP server\n"
     "  tokenize MODEL.gguf [--parse-special] < text       print token ids\n"
     "  template MODEL.gguf < request.json                 print the chat prompt of a request\n"
     "  synth --preset tiny|9b|27b [--seed N] -o FILE      write a random-weight model\n"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return qrig::cli::cmd_inspect(argc, argv);
     if (cmd == "verify") return qrig::cli::cmd_verify(argc, argv);
     if (cmd == "run") return qrig::cli::cmd_run(argc, argv);
+    if (cmd == "serve") return qrig::cli::cmd_serve(argc, argv);
     if (cmd == "tokenize") return qrig::cli::cmd_tokenize(argc, argv);
     if (cmd == "template") return qrig::cli::cmd_template(argc, argv);
     if (cmd == "synth") return qrig::cli::cmd_synth(argc, argv);

@@ -1,0 +1,209 @@
+// `qrig serve [MODEL.gguf|PLAN_DIR]`: the OpenAI-compatible server. Listens first (GET /health is 503 while
+// the model loads), compiles a .gguf for this machine or reads a plan, builds the engine and serves it.
+// Every flag has an environment variable (flag > environment > default; see kOptions and docs/server.md).
+// SIGINT/SIGTERM drain: new requests get 503, requests in flight finish (up to --shutdown-timeout seconds,
+// then they are cancelled; a second signal cancels at once), and the process exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "gguf/gguf.h"
+#include "runtime/backend.h"
+#include "runtime/engine.h"
+#include "server/http_server.h"
+#include "text/tokenizer.h"
+
+namespace qrig::cli {
+
+namespace {
+
+struct Option {
+  const char* flag;
+  const char* env;
+  const char* dflt;
+  const char* help;
+};
+
+const Option kOptions[] = {
+    {"--host", "QRIG_HOST", "127.0.0.1", "address to listen on"},
+    {"--port", "QRIG_PORT", "8080", "port to listen on (0: any free port, printed at start)"},
+    {"--parallel", "QRIG_PARALLEL", "4", "sequence slots: requests generated concurrently (.gguf only)"},
+    {"--ctx", "QRIG_CTX", "0", "context tokens per slot (0: the most that fits; .gguf only)"},
+    {"--api-key", "QRIG_API_KEY", "", "require 'Authorization: Bearer KEY' (GET /health stays public)"},
+    {"--alias", "QRIG_ALIAS", "", "model name in the API (default: the model file's name)"},
+    {"--max-queue", "QRIG_MAX_QUEUE", "64", "requests waiting for a slot before 429"},
+    {"--timeout", "QRIG_TIMEOUT", "600", "socket read/write timeout in seconds"},
+    {"--max-body", "QRIG_MAX_BODY", "16777216", "largest request body in bytes (413 above)"},
+    {"--threads-http", "QRIG_THREADS_HTTP", "0", "connection threads (0: parallel + max-queue + 8, at least 16)"},
+    {"--shutdown-timeout", "QRIG_SHUTDOWN_TIMEOUT", "30", "seconds requests in flight get to finish on SIGTERM"},
+    {"--rig", "QRIG_RIG", "", "rig description for compiling a .gguf (default: this machine's CPU)"},
+    {"--backend", "QRIG_BACKEND", "", "force a backend when compiling a .gguf: cpu | cuda"},
+};
+
+const char* kUsage = "usage: qrig serve [MODEL.gguf|PLAN_DIR] [options]   (no model: a built-in tiny random model)";
+
+std::string usage_text() {
+  std::string s = std::string(kUsage) + "\n";
+  for (const Option& o : kOptions)
+    s += fmt::format("  {:<20} {:<22} {}{}\n", o.flag, o.env, o.help,
+                     *o.dflt ? fmt::format(" [{}]", o.dflt) : std::string());
+  s += fmt::format("  {:<20} {:<22} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
+  s += fmt::format("  {:<20} {:<22} {}\n", "MODEL", "QRIG_MODEL", "the .gguf or plan directory to serve");
+  return s;
+}
+
+class Settings {
+ public:
+  explicit Settings(const Args& a) : a_(a) {}
+  bool given(const Option& o) const { return a_.has(o.flag) || std::getenv(o.env); }
+  std::string str(const char* flag) const {
+    const Option& o = find(flag);
+    if (a_.has(o.flag)) return a_.get(o.flag);
+    if (const char* e = std::getenv(o.env)) return e;
+    return o.dflt;
+  }
+  long long integer(const char* flag, long long lo, long long hi) const {
+    const Option& o = find(flag);
+    std::string v = str(flag);
+    char* end = nullptr;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    const char* from = a_.has(o.flag) ? o.flag : o.env;
+    if (v.empty() || *end) throw UsageError(fmt::format("{} wants an integer, got '{}'", from, v));
+    if (x < lo || x > hi) throw UsageError(fmt::format("{} must be in [{}, {}], got {}", from, lo, hi, x));
+    return x;
+  }
+  const Option& find(const char* flag) const {
+    for (const Option& o : kOptions)
+      if (std::string(o.flag) == flag) return o;
+    throw std::logic_error(std::string("no option ") + flag);
+  }
+
+ private:
+  const Args& a_;
+};
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  std::set<std::string> value_flags;
+  for (const Option& o : kOptions) value_flags.insert(o.flag);
+  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--help", "-h"});
+  if (a.has("--help") || a.has("-h")) {
+    fmt::print("{}", usage_text());
+    return 0;
+  }
+  if (a.positional().size() > 1) throw UsageError(kUsage);
+  Settings set(a);
+
+  server::ServerOptions so;
+  so.host = set.str("--host");
+  so.port = (int)set.integer("--port", 0, 65535);
+  so.api_key = set.str("--api-key");
+  so.timeout_s = (int)set.integer("--timeout", 1, 86400);
+  so.max_body_bytes = (size_t)set.integer("--max-body", 1024, 1ll << 32);
+  so.http_threads = (int)set.integer("--threads-http", 0, 4096);
+  so.max_queue = set.integer("--max-queue", 1, 1 << 20);
+  so.slots = set.integer("--parallel", 1, 1024);
+  const char* log_env = std::getenv("QRIG_REQUEST_LOG");
+  so.log_requests = !a.has("--no-request-log") && !(log_env && std::string(log_env) == "0");
+  const long long grace_s = set.integer("--shutdown-timeout", 0, 86400);
+
+  std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";
+  const bool builtin = model_path.empty();
+  const bool plan_dir = !builtin && std::filesystem::is_directory(model_path);
+  if (!builtin && !std::filesystem::exists(model_path)) throw UsageError(fmt::format("no such model: {}", model_path));
+  if (plan_dir)
+    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend"})
+      if (set.given(set.find(f)))
+        throw UsageError(fmt::format("{} applies when compiling a .gguf; the plan {} fixes it (recompile with qrig compile)",
+                                     f, model_path));
+
+  // Signals are handled by one thread (sigwait), so every other thread must block them: block them now,
+  // before any thread exists. SIGPIPE is ignored: a client closing its socket is an error to handle, not a kill.
+  // SIGUSR1 is internal: it tells the signal thread that the server has stopped.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::HttpServer http(so);
+  const int port = http.bind();
+  fmt::print(stderr, "qrig serve: listening on http://{}:{} (loading the model)\n", so.host, port);
+  std::thread http_thread([&http] { http.run(); });
+  std::atomic<bool> loaded{false};
+  std::thread signal_thread([&http, &loaded, sigs, grace_s] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (sig == SIGUSR1) return;  // the server stopped on its own (load failure)
+    if (!loaded) {
+      fmt::print(stderr, "qrig serve: {} while loading: exiting\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
+    fmt::print(stderr, "qrig serve: {}: draining (requests in flight get up to {} s; signal again to cancel them)\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", grace_s);
+    http.drain();
+    timespec ts{(time_t)grace_s, 0};
+    sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig == SIGUSR1) return;  // everything finished in time
+    fmt::print(stderr, "qrig serve: {}: cancelling requests in flight\n", sig > 0 ? "signal" : "shutdown timeout");
+    http.cancel_all();
+    sigwait(&sigs, &sig);  // until the server has stopped
+  });
+  // Stops the signal thread once the server has stopped (it may be waiting for a signal or the timeout).
+  auto stop_signal_thread = [&signal_thread] {
+    pthread_kill(signal_thread.native_handle(), SIGUSR1);
+    signal_thread.join();
+  };
+
+  try {
+    LoadOptions lo;
+    lo.rig_path = set.str("--rig");
+    lo.backend = set.str("--backend");
+    lo.max_sequences = so.slots;
+    lo.context_length = set.integer("--ctx", 0, 1ll << 40);
+    if (builtin) {
+      model_path = builtin_model_path();
+      if (!set.given(set.find("--ctx"))) lo.context_length = 8192;
+    }
+    ir::Plan plan = load_or_compile_plan(model_path, lo);
+    auto model = std::make_shared<server::ServedModel>();
+    {
+      gguf::File f = gguf::File::open(plan.model_path);
+      model->tokenizer = std::make_shared<text::Tokenizer>(text::Tokenizer::from_gguf(f));
+    }
+    model->engine = std::make_shared<runtime::Engine>(runtime::make_backend(plan), so.max_queue);
+    std::string alias = set.str("--alias");
+    model->id = !alias.empty() ? alias : std::filesystem::path(plan_dir ? model_path : plan.model_path).stem().string();
+    model->path = plan_dir ? model_path : plan.model_path;
+    model->created = (int64_t)std::time(nullptr);
+    model->init();
+    fmt::print(stderr, "qrig serve: ready: model '{}' ({} backend, context {} tokens x {} slots) at http://{}:{}/v1\n",
+               model->id, plan.backend, plan.context_length, plan.max_sequences, so.host, port);
+    http.set_model(std::move(model));
+    loaded = true;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "qrig serve: error: cannot load the model: {}\n", e.what());
+    http.stop();
+    http_thread.join();
+    stop_signal_thread();
+    return 1;
+  }
+  http_thread.join();  // returns once draining has finished every connection
+  stop_signal_thread();
+  fmt::print(stderr, "qrig serve: stopped\n");
+  return 0;
+}
+
+}  // namespace qrig::cli

@@ -1,0 +1,227 @@
+// POST /v1/chat/completions: the whole response (chat.completion) or a stream of chat.completion.chunk
+// events. Stream contract (what OpenAI sends and llama.cpp's server tests check): every chunk has the same
+// id, created and model; the first chunk's delta carries the role; reasoning arrives as
+// delta.reasoning_content (mirrored as delta.reasoning); a tool call's first delta has index, id, type and
+// function.name, later deltas only argument fragments; the finish chunk has an empty delta and the
+// finish_reason; with stream_options.include_usage every chunk has "usage": null and a last chunk with empty
+// choices carries the usage; then "data: [DONE]". A failure after the stream has started is an error event
+// ({"error": {...}}) and the stream ends without [DONE].
+#include <chrono>
+#include <memory>
+
+#include "server/chat_request.h"
+#include "server/handlers.h"
+#include "server/sse.h"
+#include "server/transport.h"
+
+namespace qrig::server {
+
+namespace {
+
+using text::Delta;
+using nlohmann::json;
+
+json delta_json(const Delta& d) {
+  switch (d.kind) {
+    case Delta::Kind::reasoning: return {{"reasoning_content", d.text}, {"reasoning", d.text}};
+    case Delta::Kind::content: return {{"content", d.text}};
+    case Delta::Kind::tool_call_start:
+      return {{"tool_calls", json::array({{{"index", d.index},
+                                           {"id", d.id},
+                                           {"type", "function"},
+                                           {"function", {{"name", d.name}, {"arguments", ""}}}}})}};
+    case Delta::Kind::tool_call_arguments:
+      return {{"tool_calls", json::array({{{"index", d.index}, {"function", {{"arguments", d.text}}}}})}};
+  }
+  return json::object();
+}
+
+// Adjacent text deltas of one kind become one chunk.
+std::vector<Delta> merge_text(std::vector<Delta> ds) {
+  std::vector<Delta> out;
+  for (auto& d : ds) {
+    bool text = d.kind == Delta::Kind::reasoning || d.kind == Delta::Kind::content;
+    if (text && !out.empty() && out.back().kind == d.kind) out.back().text += d.text;
+    else out.push_back(std::move(d));
+  }
+  return out;
+}
+
+struct ChatStream {
+  ModelPtr model;
+  ChatRequest creq;
+  std::unique_ptr<Generation> gen;
+  std::unique_ptr<ChatOutput> out;
+  std::string id;
+  int64_t created = 0;
+  bool started = false, finished = false;
+  json pending_logprobs = json::array();
+
+  json chunk(json delta, json finish_reason = nullptr) {
+    json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", std::move(finish_reason)}};
+    if (creq.gen.top_logprobs >= 0 && !pending_logprobs.empty()) {
+      choice["logprobs"] = {{"content", pending_logprobs}, {"refusal", nullptr}};
+      pending_logprobs = json::array();
+    }
+    json c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model->id},
+              {"choices", json::array({std::move(choice)})}};
+    if (creq.gen.include_usage) c["usage"] = nullptr;
+    return c;
+  }
+
+  // One call from httplib's chunked content provider: write what is ready (waiting up to kPollMs for it).
+  // Returning false aborts the response (client gone); httplib checks the socket between calls.
+  // Never throws (httplib runs it outside any handler's try): a failure ends the stream with an error event.
+  bool pump(httplib::DataSink& sink) {
+    try {
+      return pump_inner(sink);
+    } catch (const std::exception& e) {
+      gen->cancel();
+      finished = true;
+      std::string w = sse_event(error_body(ApiError(ErrorKind::internal, std::string("internal error: ") + e.what())));
+      sink.write(w.data(), w.size());
+      return false;
+    }
+  }
+
+  bool pump_inner(httplib::DataSink& sink) {
+    if (finished) return false;
+    std::string wire;
+    if (!started) {  // the role chunk goes out at once, before the first token
+      started = true;
+      wire = sse_event(chunk({{"role", "assistant"}, {"content", ""}}));
+      if (!sink.write(wire.data(), wire.size())) {
+        gen->cancel();
+        finished = true;
+        return false;
+      }
+      return true;
+    }
+    Generation::Step step = gen->next(std::chrono::milliseconds(kPollMs));
+    ChatOutput::Fed fed = out->feed(step, *gen);
+    if (creq.gen.top_logprobs >= 0) {
+      step.tokens.resize(fed.tokens_used);
+      for (auto& e : out->logprob_entries(step.tokens)) pending_logprobs.push_back(std::move(e));
+    }
+    for (const Delta& d : merge_text(std::move(fed.deltas))) wire += sse_event(chunk(delta_json(d)));
+    if (step.done) {
+      const std::string reason = out->finish_reason(*gen);
+      if (reason == "error" || reason == "cancelled") {
+        if (gen->cancelled_by_engine() || reason == "error") wire += sse_event(error_body(gen->failure()));
+        else wire.clear();  // our own cancel: the client is gone
+      } else {
+        json fin = chunk(json::object(), reason);
+        fin["timings"] = gen->timings();
+        wire += sse_event(fin);
+        if (creq.gen.include_usage) {
+          json u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model->id},
+                    {"choices", json::array()}, {"usage", gen->usage(out->reasoning_tokens())},
+                    {"timings", gen->timings()}};
+          wire += sse_event(u);
+        }
+        wire += sse_done();
+      }
+    }
+    if (!wire.empty() && !sink.write(wire.data(), wire.size())) {
+      gen->cancel();
+      finished = true;
+      return false;
+    }
+    if (step.done) {
+      finished = true;
+      sink.done();
+    }
+    return true;
+  }
+};
+
+json whole_response(const ModelPtr& model, const ChatRequest& creq, Generation& gen, ChatOutput& out,
+                    int client, bool& client_gone) {
+  text::ParsedOutput parsed;
+  json logprobs = json::array();
+  while (true) {
+    Generation::Step step = gen.next(std::chrono::milliseconds(kPollMs));
+    ChatOutput::Fed fed = out.feed(step, gen);
+    if (creq.gen.top_logprobs >= 0) {
+      step.tokens.resize(fed.tokens_used);
+      for (auto& e : out.logprob_entries(step.tokens)) logprobs.push_back(std::move(e));
+    }
+    for (const Delta& d : fed.deltas) text::apply_delta(parsed, d);
+    if (step.done) break;
+    if (!socket_alive(client)) {
+      gen.cancel();
+      client_gone = true;
+      return nullptr;
+    }
+  }
+  const std::string reason = out.finish_reason(gen);
+  if (reason == "error" || reason == "cancelled") throw gen.failure();
+  json message = {{"role", "assistant"}};
+  message["content"] = parsed.content.empty() && !parsed.tool_calls.empty() ? json() : json(parsed.content);
+  if (!parsed.reasoning_content.empty()) {
+    message["reasoning_content"] = parsed.reasoning_content;
+    message["reasoning"] = parsed.reasoning_content;
+  }
+  if (!parsed.tool_calls.empty()) {
+    json calls = json::array();
+    for (const auto& c : parsed.tool_calls)
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    message["tool_calls"] = std::move(calls);
+  }
+  json choice = {{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr}, {"finish_reason", reason}};
+  if (creq.gen.top_logprobs >= 0) choice["logprobs"] = {{"content", std::move(logprobs)}, {"refusal", nullptr}};
+  return {{"id", random_id("chatcmpl-")},
+          {"object", "chat.completion"},
+          {"created", unix_now()},
+          {"model", model->id},
+          {"choices", json::array({std::move(choice)})},
+          {"usage", gen.usage(out.reasoning_tokens())},
+          {"timings", gen.timings()}};
+}
+
+}  // namespace
+
+void handle_chat_completions(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+  const Json body = parse_body(req.body);
+  ChatRequest creq = parse_chat_request(body, *model);
+  report_ignored(req, res, creq.ignored);
+
+  runtime::Request r;
+  r.prompt = creq.prompt;
+  r.sampling = creq.gen.sampling;
+  r.max_tokens = creq.gen.max_tokens;
+  r.stop_tokens = model->eog;
+  r.top_logprobs = creq.gen.top_logprobs;
+  r.constraint = creq.constraint;
+  auto gen = std::make_unique<Generation>(model, std::move(r), Generation::Options{creq.gen.stop, "messages", creq.gen.skip_special_tokens});
+  auto out = std::make_unique<ChatOutput>(creq, *model);
+
+  if (!creq.gen.stream) {
+    const int client = client_socket();
+    bool gone = false;
+    json j = whole_response(model, creq, *gen, *out, client, gone);
+    if (gone) {
+      res.status = 499;  // nginx's "client closed request": only the log and metrics see it
+      return;
+    }
+    send_json(res, 200, j);
+    return;
+  }
+  auto st = std::make_shared<ChatStream>();
+  st->model = model;
+  st->creq = std::move(creq);
+  st->gen = std::move(gen);
+  st->out = std::move(out);
+  st->id = random_id("chatcmpl-");
+  st->created = unix_now();
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [st](size_t, httplib::DataSink& sink) { return st->pump(sink); },
+      [st](bool) {
+        if (!st->gen->done()) st->gen->cancel();
+      });
+}
+
+}  // namespace qrig::server

@@ -1,0 +1,249 @@
+// Chat-completions request validation and output shaping (see chat_request.h).
+#include "server/chat_request.h"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "server/constraint.h"
+#include "server/errors.h"
+#include "text/chat.h"
+#include "text/grammar.h"
+
+namespace qrig::server {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(ErrorKind::invalid_request, message, param);
+}
+
+// Images, video and audio would render as placeholder tokens with nothing behind them: refuse them.
+void reject_media(const Json& messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    if (!m.is_object()) continue;  // the renderer names the problem
+    auto c = m.find("content");
+    if (c == m.end() || !c->is_array()) continue;
+    for (const Json& part : *c) {
+      if (!part.is_object()) continue;
+      std::string type = part.contains("type") && part["type"].is_string() ? part["type"].get<std::string>() : "";
+      bool media = type == "image_url" || type == "image" || type == "video" || type == "input_audio" ||
+                   type == "file" || part.contains("image_url") || part.contains("image") || part.contains("video");
+      if (media)
+        throw ApiError(ErrorKind::unsupported,
+                       fmt::format("messages[{}] has a '{}' content part; this server has no vision or audio encoder "
+                                   "and accepts text parts only", i, type.empty() ? "media" : type),
+                       "messages");
+    }
+  }
+}
+
+ToolChoice parse_tool_choice(const Json& body, bool has_tools) {
+  ToolChoice tc;
+  tc.mode = has_tools ? ToolChoice::Mode::automatic : ToolChoice::Mode::none;
+  auto it = body.find("tool_choice");
+  if (it == body.end() || it->is_null()) return tc;
+  if (it->is_string()) {
+    const std::string& s = it->get_ref<const std::string&>();
+    if (s == "none") tc.mode = ToolChoice::Mode::none;
+    else if (s == "auto") tc.mode = ToolChoice::Mode::automatic;
+    else if (s == "required") tc.mode = ToolChoice::Mode::required;
+    else bad("tool_choice", fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                        "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got \"{}\"", s));
+  } else if (it->is_object()) {
+    auto fn = it->find("function");
+    auto type = it->find("type");
+    if (type != it->end() && !(type->is_string() && *type == "function"))
+      bad("tool_choice", "'tool_choice.type' must be \"function\"");
+    if (fn == it->end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+      bad("tool_choice", "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    tc.mode = ToolChoice::Mode::named;
+    tc.name = (*fn)["name"].get<std::string>();
+  } else {
+    bad("tool_choice", "'tool_choice' must be a string or an object");
+  }
+  if (!has_tools && tc.mode != ToolChoice::Mode::none && tc.mode != ToolChoice::Mode::automatic)
+    bad("tool_choice", "'tool_choice' asks for a tool call but the request has no 'tools'");
+  return tc;
+}
+
+}  // namespace
+
+ChatRequest parse_chat_request(const Json& body, const ServedModel& model) {
+  ChatRequest c;
+  std::set<std::string> known = {"messages", "tools", "tool_choice", "parallel_tool_calls", "logprobs",
+                                 "top_logprobs", "response_format", "chat_template_kwargs", "add_generation_prompt"};
+  reject_unsupported(body, {{"functions", "the legacy function API is not served; use 'tools'"},
+                            {"grammar", "GBNF grammars are not supported; use 'response_format' with a JSON schema"},
+                            {"json_schema", "use 'response_format': {\"type\": \"json_schema\", ...}"},
+                            {"function_call", "the legacy function API is not served; use 'tool_choice'"},
+                            {"audio", "this server generates text only"},
+                            {"prediction", "predicted outputs are not implemented"},
+                            {"web_search_options", "this server has no web search"}});
+  if (auto mod = body.find("modalities"); mod != body.end() && !mod->is_null()) {
+    known.insert("modalities");
+    if (!mod->is_array()) bad("modalities", "'modalities' must be an array");
+    for (const Json& m : *mod)
+      if (!(m.is_string() && m == "text"))
+        throw ApiError(ErrorKind::unsupported, "only the \"text\" modality is supported", "modalities");
+  }
+
+  auto msgs = body.find("messages");
+  if (msgs == body.end() || msgs->is_null()) bad("messages", "'messages' is required");
+  if (!msgs->is_array() || msgs->empty()) bad("messages", "'messages' must be a non-empty array of messages");
+  reject_media(*msgs);
+
+  if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
+    if (!t->is_array()) bad("tools", "'tools' must be an array");
+    if (!t->empty()) {
+      nlohmann::json tools = nlohmann::json::parse(t->dump());  // validate with the parser's own rules
+      try {
+        text::OutputStreamParser probe(tools, false);
+      } catch (const std::invalid_argument& e) {
+        bad("tools", e.what());
+      }
+      c.tools = std::move(tools);
+    }
+  }
+  c.choice = parse_tool_choice(body, !c.tools.is_null());
+  if (c.choice.mode == ToolChoice::Mode::named) {
+    bool found = false;
+    for (const auto& t : c.tools) found |= t.contains("function") && t["function"].value("name", "") == c.choice.name;
+    if (!found) bad("tool_choice", fmt::format("'tool_choice' names function '{}', which is not in 'tools'", c.choice.name));
+  }
+  c.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
+
+  // response_format: null/text (free), json_object (any object), json_schema (that schema).
+  std::optional<Json> json_schema;
+  if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      bad("response_format", "'response_format' must be an object with a string 'type'");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      json_schema = Json::object();
+    } else if (type == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object())
+        bad("response_format", "'response_format.json_schema' must be an object {\"name\", \"schema\"}");
+      auto sc = js->find("schema");
+      json_schema = sc == js->end() || sc->is_null() ? Json::object() : *sc;
+      if (!json_schema->is_object() && !json_schema->is_boolean())
+        bad("response_format", "'response_format.json_schema.schema' must be a JSON Schema object");
+    } else if (type != "text") {
+      bad("response_format", fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", "
+                                         "got \"{}\"", type));
+    }
+  }
+  const bool forced_call = c.choice.mode == ToolChoice::Mode::required || c.choice.mode == ToolChoice::Mode::named;
+  if (forced_call && json_schema)
+    bad("response_format", "'response_format' JSON and a forced tool call ('tool_choice') cannot be combined");
+
+  const bool logprobs = get_bool(body, "logprobs").value_or(false);
+  const auto top = get_int(body, "top_logprobs", 0, 20);
+  if (top && *top > 0 && !logprobs) bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+
+  if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && kw->is_object())
+    for (auto it = kw->begin(); it != kw->end(); ++it)
+      if (it.key() != "enable_thinking" && it.key() != "preserve_thinking" && it.key() != "add_vision_id")
+        c.ignored += (c.ignored.empty() ? "" : ",") + ("chat_template_kwargs." + it.key());
+
+  std::string prompt;
+  try {
+    prompt = text::render_chat_request(body);
+  } catch (const text::ChatError& e) {
+    bad("messages", e.what());
+  }
+  c.thinking = prompt.size() >= 8 && prompt.compare(prompt.size() - 8, 8, "<think>\n") == 0;
+
+  c.gen.sampling = runtime::SamplingParams::qwen_defaults(c.thinking);
+  parse_common(body, c.gen, model.tokenizer->n_real(), -1, known);
+  c.gen.top_logprobs = logprobs ? (int32_t)top.value_or(0) : -1;
+  if (c.choice.mode == ToolChoice::Mode::none && !c.tools.is_null() && model.tool_call_token)
+    c.gen.sampling.logit_bias.emplace_back(*model.tool_call_token, -100.0f);  // "none" means no call, enforced
+  try {
+    if (forced_call) {
+      std::optional<std::string> name;
+      if (c.choice.mode == ToolChoice::Mode::named) name = c.choice.name;
+      auto g = text::TokenGrammar::tool_call(body["tools"], name, c.parallel_tool_calls, c.thinking, model.grammar_vocab);
+      c.constraint = std::make_shared<GrammarConstraint>(std::move(g), model.tokenizer, false);
+    } else if (json_schema) {
+      auto g = text::TokenGrammar::json_schema(*json_schema, model.grammar_vocab);
+      c.constraint = std::make_shared<GrammarConstraint>(std::move(g), model.tokenizer, c.thinking);
+    }
+  } catch (const text::GrammarError& e) {
+    throw ApiError(ErrorKind::invalid_request, std::string("cannot constrain the output: ") + e.what(),
+                   forced_call ? "tools" : "response_format");
+  }
+  c.prompt = model.tokenizer->encode(prompt, true);
+  std::string unknown = unknown_fields(body, known);
+  if (!unknown.empty()) c.ignored = unknown + (c.ignored.empty() ? "" : "," + c.ignored);
+  return c;
+}
+
+ChatOutput::ChatOutput(const ChatRequest& req, const ServedModel& model)
+    : model_(model),
+      parser_(req.choice.mode == ToolChoice::Mode::none ? nlohmann::json() : req.tools, req.thinking),
+      thinking_(req.thinking),
+      parallel_(req.parallel_tool_calls),
+      think_end_(model.tokenizer->find_token("</think>")) {}
+
+ChatOutput::Fed ChatOutput::feed(const Generation::Step& step, Generation& gen) {
+  Fed fed;
+  if (finished_) return fed;
+  // Keeps the deltas the output allows; true once the output has ended (one call, no parallel calls).
+  auto take = [&](std::vector<text::Delta>&& ds) {
+    for (auto& d : ds) {
+      if (!parallel_ && any_call_ && !(d.kind == text::Delta::Kind::tool_call_arguments && d.index == 0)) break;
+      if (d.kind == text::Delta::Kind::tool_call_start) any_call_ = true;
+      fed.deltas.push_back(std::move(d));
+    }
+    return !parallel_ && any_call_;
+  };
+  for (size_t i = 0; i < step.tokens.size(); ++i) {
+    if (thinking_ && !think_closed_) {
+      if (think_end_ && step.tokens[i].token == *think_end_) think_closed_ = true;
+      else ++reasoning_tokens_;
+    }
+    fed.tokens_used = i + 1;
+    if (!step.pieces[i].empty() && take(parser_.feed(step.pieces[i]))) {
+      finished_ = true;
+      gen.stop_early("tool_calls", step.tokens.size() - fed.tokens_used);
+      return fed;
+    }
+  }
+  if (step.done) {
+    finished_ = true;
+    std::vector<text::Delta> ds;
+    if (!step.tail.empty()) ds = parser_.feed(step.tail);
+    std::vector<text::Delta> rest = parser_.finish();
+    ds.insert(ds.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+    if (take(std::move(ds))) gen.stop_early("tool_calls");
+  }
+  return fed;
+}
+
+std::string ChatOutput::finish_reason(const Generation& gen) const {
+  const std::string& r = gen.finish_reason();
+  if (any_call_ && (r == "stop" || r == "tool_calls")) return "tool_calls";
+  return r;
+}
+
+nlohmann::json ChatOutput::logprob_entries(const std::vector<runtime::TokenEvent>& tokens) const {
+  auto lp = [](float v) { return std::isfinite(v) ? (double)v : -9999.0; };
+  const text::Tokenizer& tok = *model_.tokenizer;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& t : tokens) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& alt : t.top)
+      top.push_back({{"token", token_text(tok, alt.id)}, {"logprob", lp(alt.logprob)}, {"bytes", token_bytes(tok, alt.id)}});
+    out.push_back({{"token", token_text(tok, t.token)},
+                   {"logprob", lp(t.logprob)},
+                   {"bytes", token_bytes(tok, t.token)},
+                   {"top_logprobs", std::move(top)}});
+  }
+  return out;
+}
+
+}  // namespace qrig::server

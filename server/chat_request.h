@@ -1,0 +1,67 @@
+// Internal to server/: a chat-completions request read and validated (tools, tool_choice, logprobs,
+// response_format, the rendered and tokenized prompt, sampling), and ChatOutput, which turns generated text
+// into OpenAI message deltas (reasoning / content / tool calls) for both the streamed and the whole response.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/generation.h"
+#include "server/request_parse.h"
+#include "text/output_parser.h"
+
+namespace qrig::server {
+
+struct ToolChoice {
+  enum class Mode { none, automatic, required, named };
+  Mode mode = Mode::automatic;
+  std::string name;  // named
+};
+
+struct ChatRequest {
+  nlohmann::json tools;  // the request's tools array, or null when it has none
+  ToolChoice choice;
+  bool parallel_tool_calls = true;
+  bool thinking = false;  // the prompt opens a <think> block (output starts in the reasoning)
+  GenParams gen;
+  std::shared_ptr<runtime::TokenConstraint> constraint;  // tool_choice required/named, response_format json
+  std::vector<int32_t> prompt;
+  std::string ignored;  // unknown fields, comma-separated
+};
+
+// Throws ApiError for anything invalid or unsupported (see docs/server.md).
+ChatRequest parse_chat_request(const Json& body, const ServedModel& model);
+
+class ChatOutput {
+ public:
+  ChatOutput(const ChatRequest& req, const ServedModel& model);
+  // The deltas for one generation step (the parser's held-back text is released when step.done), and how
+  // many of the step's tokens they used. Applies parallel_tool_calls = false: the output ends with the first
+  // complete call (later tokens are dropped, the generation is stopped, finish reason "tool_calls").
+  struct Fed {
+    std::vector<text::Delta> deltas;
+    size_t tokens_used = 0;
+  };
+  Fed feed(const Generation::Step& step, Generation& gen);
+  // The OpenAI finish_reason once the generation is done ("tool_calls" when a call was made).
+  std::string finish_reason(const Generation& gen) const;
+  // Tokens generated inside the reasoning (before </think>); 0 when the request has no reasoning.
+  int64_t reasoning_tokens() const { return reasoning_tokens_; }
+  // OpenAI chat logprobs entries ({token, logprob, bytes, top_logprobs}) for some tokens.
+  nlohmann::json logprob_entries(const std::vector<runtime::TokenEvent>& tokens) const;
+
+ private:
+  const ServedModel& model_;
+  text::OutputStreamParser parser_;
+  bool thinking_;
+  bool parallel_;
+  std::optional<int32_t> think_end_;
+  bool think_closed_ = false;
+  int64_t reasoning_tokens_ = 0;
+  bool any_call_ = false, finished_ = false;
+};
+
+}  // namespace qrig::server

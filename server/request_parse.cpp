@@ -1,0 +1,222 @@
+// Request body parsing and the fields chat and text completions share (see request_parse.h for the policy).
+#include "server/request_parse.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "server/errors.h"
+
+namespace qrig::server {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(ErrorKind::invalid_request, message, param);
+}
+
+const Json* field(const Json& obj, const std::string& key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string type_name(const Json& v) {
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number_float()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+}  // namespace
+
+Json parse_body(const std::string& body) {
+  if (body.empty()) bad("", "the request body is empty; send a JSON object");
+  Json j;
+  try {
+    j = Json::parse(body, [](int depth, Json::parse_event_t, Json&) {
+      if (depth > kMaxDepth)
+        throw ApiError(ErrorKind::invalid_request, fmt::format("the JSON body is nested deeper than {} levels", kMaxDepth));
+      return true;
+    });
+  } catch (const Json::parse_error& e) {
+    bad("", std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad("", "the request body must be a JSON object, got " + type_name(j));
+  return j;
+}
+
+std::optional<bool> get_bool(const Json& obj, const std::string& key, const std::string& param) {
+  const Json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  const std::string& p = param.empty() ? key : param;
+  if (!v->is_boolean()) bad(p, fmt::format("'{}' must be a boolean, got {}", p, type_name(*v)));
+  return v->get<bool>();
+}
+
+std::optional<int64_t> get_int(const Json& obj, const std::string& key, int64_t lo, int64_t hi,
+                               const std::string& param) {
+  const Json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  const std::string& p = param.empty() ? key : param;
+  int64_t x = 0;
+  bool ok = true;
+  if (v->is_number_unsigned()) {
+    uint64_t u = v->get<uint64_t>();
+    ok = u <= (uint64_t)std::numeric_limits<int64_t>::max();
+    x = (int64_t)u;
+  } else if (v->is_number_integer()) {
+    x = v->get<int64_t>();
+  } else if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (!(std::isfinite(d) && d == std::floor(d))) bad(p, fmt::format("'{}' must be an integer, got {}", p, d));
+    ok = d >= -9.2e18 && d <= 9.2e18;
+    x = ok ? (int64_t)d : 0;
+  } else {
+    bad(p, fmt::format("'{}' must be an integer, got {}", p, type_name(*v)));
+  }
+  if (!ok || x < lo || x > hi) bad(p, fmt::format("'{}' must be in [{}, {}], got {}", p, lo, hi, v->dump()));
+  return x;
+}
+
+std::optional<double> get_number(const Json& obj, const std::string& key, double lo, double hi,
+                                 const std::string& param) {
+  const Json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  const std::string& p = param.empty() ? key : param;
+  if (!v->is_number()) bad(p, fmt::format("'{}' must be a number, got {}", p, type_name(*v)));
+  double d = v->get<double>();
+  if (!(d >= lo && d <= hi)) bad(p, fmt::format("'{}' must be in [{}, {}], got {}", p, lo, hi, v->dump()));
+  return d;
+}
+
+std::optional<std::string> get_string(const Json& obj, const std::string& key, const std::string& param) {
+  const Json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  const std::string& p = param.empty() ? key : param;
+  if (!v->is_string()) bad(p, fmt::format("'{}' must be a string, got {}", p, type_name(*v)));
+  return v->get<std::string>();
+}
+
+namespace {
+
+void parse_stop(const Json& body, GenParams& out) {
+  const Json* v = field(body, "stop");
+  if (!v) return;
+  constexpr size_t kMaxStops = 16, kMaxStopBytes = 1024;
+  auto add = [&](const Json& s, const std::string& p) {
+    if (!s.is_string()) bad(p, fmt::format("'{}' must be a string, got {}", p, type_name(s)));
+    const std::string& str = s.get_ref<const std::string&>();
+    if (str.empty()) bad(p, fmt::format("'{}' must not be an empty string", p));
+    if (str.size() > kMaxStopBytes) bad(p, fmt::format("'{}' is longer than {} bytes", p, kMaxStopBytes));
+    out.stop.push_back(str);
+  };
+  if (v->is_string()) {
+    add(*v, "stop");
+  } else if (v->is_array()) {
+    if (v->size() > kMaxStops) bad("stop", fmt::format("'stop' may hold at most {} strings, got {}", kMaxStops, v->size()));
+    for (size_t i = 0; i < v->size(); ++i) add((*v)[i], fmt::format("stop[{}]", i));
+  } else {
+    bad("stop", "'stop' must be a string or an array of strings, got " + type_name(*v));
+  }
+}
+
+void parse_logit_bias(const Json& body, GenParams& out, int32_t n_real_vocab) {
+  const Json* v = field(body, "logit_bias");
+  if (!v) return;
+  if (!v->is_object()) bad("logit_bias", "'logit_bias' must be an object mapping token ids to biases, got " + type_name(*v));
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) digits &= c >= '0' && c <= '9';
+    if (digits) id = std::stoll(key);
+    if (!digits || id >= n_real_vocab)
+      bad("logit_bias", fmt::format("'logit_bias' key '{}' is not a token id in [0, {})", key, n_real_vocab));
+    const Json& b = it.value();
+    if (!b.is_number() || !(b.get<double>() >= -100.0 && b.get<double>() <= 100.0))
+      bad("logit_bias", fmt::format("'logit_bias' value for token {} must be a number in [-100, 100]", id));
+    out.sampling.logit_bias.emplace_back((int32_t)id, (float)b.get<double>());
+  }
+}
+
+}  // namespace
+
+void parse_common(const Json& body, GenParams& out, int32_t n_real_vocab, int64_t default_max_tokens,
+                  std::set<std::string>& known) {
+  for (const char* k : {"model", "user", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+                        "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                        "repetition_penalty", "repeat_penalty", "seed", "logit_bias", "stop", "n",
+                        "skip_special_tokens"})
+    known.insert(k);
+  if (const Json* m = field(body, "model"); m && !m->is_string())
+    bad("model", "'model' must be a string, got " + type_name(*m));
+  if (const Json* u = field(body, "user"); u && !u->is_string()) bad("user", "'user' must be a string, got " + type_name(*u));
+
+  runtime::SamplingParams& s = out.sampling;
+  if (auto t = get_number(body, "temperature", 0.0, 100.0)) s.temperature = (float)*t;
+  if (auto t = get_number(body, "top_p", 0.0, 1.0)) {
+    if (*t <= 0.0) bad("top_p", "'top_p' must be in (0, 1]; use temperature 0 for greedy decoding");
+    s.top_p = (float)*t;
+  }
+  if (auto k = get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max())) s.top_k = *k <= 0 ? 0 : (int32_t)*k;
+  if (auto m = get_number(body, "min_p", 0.0, 1.0)) s.min_p = (float)*m;
+  if (auto p = get_number(body, "presence_penalty", -2.0, 2.0)) s.presence_penalty = (float)*p;
+  if (auto f = get_number(body, "frequency_penalty", -2.0, 2.0)) s.frequency_penalty = (float)*f;
+  auto rep = get_number(body, "repetition_penalty", 1e-6, 10.0);
+  auto rep2 = get_number(body, "repeat_penalty", 1e-6, 10.0);
+  if (rep && rep2) bad("repeat_penalty", "give 'repetition_penalty' or its alias 'repeat_penalty', not both");
+  if (rep || rep2) s.repetition_penalty = (float)(rep ? *rep : *rep2);
+
+  if (const Json* seed = field(body, "seed")) {
+    if (seed->is_number_unsigned()) {
+      s.seed = seed->get<uint64_t>();
+    } else {
+      int64_t v = *get_int(body, "seed", -1, std::numeric_limits<int64_t>::max());
+      if (v >= 0) s.seed = (uint64_t)v;  // -1: random (llama.cpp's convention)
+    }
+  }
+  parse_logit_bias(body, out, n_real_vocab);
+  parse_stop(body, out);
+
+  auto mt = get_int(body, "max_tokens", 1, std::numeric_limits<int64_t>::max());
+  auto mct = get_int(body, "max_completion_tokens", 1, std::numeric_limits<int64_t>::max());
+  out.max_tokens = mct ? *mct : mt ? *mt : default_max_tokens;
+
+  if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
+    throw ApiError(ErrorKind::unsupported, fmt::format("only n = 1 is supported, got n = {}", *n), "n");
+
+  out.skip_special_tokens = get_bool(body, "skip_special_tokens").value_or(true);
+  out.stream = get_bool(body, "stream").value_or(false);
+  if (const Json* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", "'stream_options' must be an object, got " + type_name(*so));
+    if (!out.stream) bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    out.include_usage = get_bool(*so, "include_usage", "stream_options.include_usage").value_or(false);
+  }
+}
+
+std::string unknown_fields(const Json& body, const std::set<std::string>& known) {
+  std::string out;
+  auto add = [&](const std::string& k) {
+    if (!out.empty()) out += ",";
+    out += k;
+  };
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (!known.count(it.key())) add(it.key());
+  // Keys inside stream_options other than include_usage (parse_common records them with a prefix).
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
+    for (auto it = so->begin(); it != so->end(); ++it)
+      if (it.key() != "include_usage") add("stream_options." + it.key());
+  return out;
+}
+
+void reject_unsupported(const Json& body, const std::vector<std::pair<std::string, std::string>>& fields_and_why) {
+  for (const auto& [name, why] : fields_and_why)
+    if (field(body, name)) throw ApiError(ErrorKind::unsupported, fmt::format("'{}' is not supported: {}", name, why), name);
+}
+
+}  // namespace qrig::server

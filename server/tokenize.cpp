@@ -1,0 +1,77 @@
+// POST /tokenize and POST /detokenize, in the shapes llama.cpp's and vLLM's servers use:
+//   /tokenize   {"content" | "prompt": text, "parse_special"?: true, "with_pieces"?: false}
+//               or {"messages": [...], ...chat fields} (the chat prompt the chat endpoint would build)
+//               -> {"tokens": [ids] | [{"id", "piece"}], "count", "max_model_len"}
+//   /detokenize {"tokens": [ids]} -> {"content": text, "prompt": text}
+// "piece" is the token's text, or its bytes as an array of numbers when they are not valid UTF-8 on their
+// own (llama.cpp's convention). add_special is accepted and has no effect (Qwen adds no BOS).
+#include <set>
+
+#include <fmt/format.h>
+
+#include "server/generation.h"
+#include "server/handlers.h"
+#include "server/request_parse.h"
+#include "text/chat.h"
+#include "text/unicode.h"
+
+namespace qrig::server {
+
+using nlohmann::json;
+
+void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+  const Json body = parse_body(req.body);
+  const text::Tokenizer& tok = *model->tokenizer;
+  std::set<std::string> known = {"content", "prompt", "messages", "parse_special", "with_pieces", "add_special", "model"};
+  const bool parse_special = get_bool(body, "parse_special").value_or(true);
+  const bool with_pieces = get_bool(body, "with_pieces").value_or(false);
+  (void)get_bool(body, "add_special");
+  (void)get_string(body, "model");
+  std::string text;
+  int given = 0;
+  if (auto c = get_string(body, "content")) text = *c, ++given;
+  if (auto p = get_string(body, "prompt")) text = *p, ++given;
+  if (body.contains("messages") && !body["messages"].is_null()) {
+    ++given;
+    for (const char* k : {"tools", "chat_template_kwargs", "add_generation_prompt"}) known.insert(k);
+    try {
+      text = text::render_chat_request(body);
+    } catch (const text::ChatError& e) {
+      throw ApiError(ErrorKind::invalid_request, e.what(), "messages");
+    }
+  }
+  if (given != 1) throw ApiError(ErrorKind::invalid_request, "give exactly one of 'content', 'prompt' or 'messages'", "content");
+  const std::vector<int32_t> ids = tok.encode(text, parse_special);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string& bytes = tok.token_to_bytes(id);
+    tokens.push_back({{"id", id}, {"piece", text::is_valid_utf8(bytes) ? json(bytes) : token_bytes(tok, id)}});
+  }
+  report_ignored(req, res, unknown_fields(body, known));
+  send_json(res, 200, json{{"tokens", std::move(tokens)}, {"count", ids.size()},
+                           {"max_model_len", model->engine->context_length()}});
+}
+
+void handle_detokenize(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+  const Json body = parse_body(req.body);
+  const text::Tokenizer& tok = *model->tokenizer;
+  auto t = body.find("tokens");
+  if (t == body.end() || !t->is_array()) throw ApiError(ErrorKind::invalid_request, "'tokens' must be an array of token ids", "tokens");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < t->size(); ++i) {
+    const Json& v = (*t)[i];
+    if (!(v.is_number_integer() || v.is_number_unsigned()) || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok.n_vocab())
+      throw ApiError(ErrorKind::invalid_request, fmt::format("'tokens[{}]' must be a token id in [0, {})", i, tok.n_vocab()),
+                     "tokens");
+    ids.push_back((int32_t)v.get<int64_t>());
+  }
+  report_ignored(req, res, unknown_fields(body, {"tokens", "model"}));
+  const std::string text = text::sanitize_utf8(tok.decode(ids));
+  send_json(res, 200, json{{"content", text}, {"prompt", text}});
+}
+
+}  // namespace qrig::server
