@@ -228,6 +228,22 @@ struct Lexer {
     }
     return t;
   }
+  // "(%a, %b) {key=value, ...}" after an op kind.
+  void call(Op& op) {
+    expect('(');
+    if (!eat(')')) {
+      do op.args.push_back(value_name()); while (eat(','));
+      expect(')');
+    }
+    if (eat('{')) {
+      do {
+        std::string k = ident("attribute name");
+        expect('=');
+        op.attrs.emplace_back(k, attr_value());
+      } while (eat(','));
+      expect('}');
+    }
+  }
   AttrValue attr_value() {
     ws();
     if (pos >= s.size()) fail("expected an attribute value");
@@ -311,19 +327,7 @@ Graph parse(std::string_view text) {
       op.result = lx.value_name();
       lx.expect('=');
       op.kind = lx.ident("op kind");
-      lx.expect('(');
-      if (!lx.eat(')')) {
-        do op.args.push_back(lx.value_name()); while (lx.eat(','));
-        lx.expect(')');
-      }
-      if (lx.eat('{')) {
-        do {
-          std::string k = lx.ident("attribute name");
-          lx.expect('=');
-          op.attrs.emplace_back(k, lx.attr_value());
-        } while (lx.eat(','));
-        lx.expect('}');
-      }
+      lx.call(op);
       lx.expect(':');
       op.type = lx.type();
       if (!lx.at_end()) lx.fail("unexpected text at end of op");
@@ -344,19 +348,7 @@ Graph parse(std::string_view text) {
     } else {  // side-effect op: kind(...) {attrs}
       Op op;
       op.kind = word;
-      lx.expect('(');
-      if (!lx.eat(')')) {
-        do op.args.push_back(lx.value_name()); while (lx.eat(','));
-        lx.expect(')');
-      }
-      if (lx.eat('{')) {
-        do {
-          std::string k = lx.ident("attribute name");
-          lx.expect('=');
-          op.attrs.emplace_back(k, lx.attr_value());
-        } while (lx.eat(','));
-        lx.expect('}');
-      }
+      lx.call(op);
       if (!lx.at_end()) lx.fail("unexpected text at end of op");
       g.ops.push_back(std::move(op));
     }
