@@ -6,6 +6,7 @@
 
 #include "text/grammar.h"
 #include "text/grammar_json.h"
+#include "text/output_parser.h"
 #include "text/tokenizer.h"
 
 namespace qrig::text {
@@ -15,41 +16,6 @@ namespace {
 using json = nlohmann::ordered_json;
 using grammar::GrammarBuilder;
 using grammar::Item;
-
-// The JSON types a parameter schema admits, exactly as output_parser.cpp's coerce_parameter collects them
-// (empty = unknown): "type", else the union over anyOf/oneOf/allOf branches, else the types of enum/const.
-void collect_types(const json& schema, std::set<std::string>& types, int depth) {
-  if (!schema.is_object() || depth > 8) return;
-  if (auto t = schema.find("type"); t != schema.end()) {
-    if (t->is_string()) types.insert(t->get<std::string>());
-    if (t->is_array())
-      for (const json& e : *t)
-        if (e.is_string()) types.insert(e.get<std::string>());
-    return;
-  }
-  bool branches = false;
-  for (const char* key : {"anyOf", "oneOf", "allOf"})
-    if (auto b = schema.find(key); b != schema.end() && b->is_array()) {
-      branches = true;
-      for (const json& e : *b) collect_types(e, types, depth + 1);
-    }
-  if (branches) return;
-  auto type_of = [](const json& v) -> std::string {
-    if (v.is_string()) return "string";
-    if (v.is_boolean()) return "boolean";
-    if (v.is_null()) return "null";
-    if (v.is_number_integer()) return "integer";
-    if (v.is_number_float()) return "number";
-    if (v.is_object()) return "object";
-    if (v.is_array()) return "array";
-    return "";
-  };
-  if (auto e = schema.find("enum"); e != schema.end() && e->is_array())
-    for (const json& v : *e)
-      if (auto n = type_of(v); !n.empty()) types.insert(n);
-  if (auto c = schema.find("const"); c != schema.end())
-    if (auto n = type_of(*c); !n.empty()) types.insert(n);
-}
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -132,7 +98,7 @@ class ToolCompiler {
     std::vector<Item> head;
     b_.lit(head, "<parameter=" + name + ">\n");
     std::set<std::string> types;
-    collect_types(schema, types, 0);
+    collect_schema_types(schema, types);  // the output parser's rule (text/output_parser.h)
     bool structural = false;
     if (schema.is_object())
       for (const char* k : {"$ref", "properties", "items", "prefixItems", "additionalProperties", "required"})

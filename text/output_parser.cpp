@@ -58,46 +58,6 @@ std::string random_prefix() {
   return s + "_";
 }
 
-// JSON schema type names a parameter admits ("" entries never appear); empty set = unknown.
-void collect_types(const json& schema, std::set<std::string>& types, int depth) {
-  if (!schema.is_object() || depth > 8) return;
-  auto t = schema.find("type");
-  if (t != schema.end()) {
-    if (t->is_string()) types.insert(t->get<std::string>());
-    if (t->is_array())
-      for (const json& e : *t)
-        if (e.is_string()) types.insert(e.get<std::string>());
-    return;
-  }
-  bool branches = false;
-  for (const char* key : {"anyOf", "oneOf", "allOf"}) {
-    auto b = schema.find(key);
-    if (b != schema.end() && b->is_array()) {
-      branches = true;
-      for (const json& e : *b) collect_types(e, types, depth + 1);
-    }
-  }
-  if (branches) return;
-  auto type_of = [](const json& v) -> std::string {
-    switch (v.type()) {
-      case json::value_t::string: return "string";
-      case json::value_t::boolean: return "boolean";
-      case json::value_t::null: return "null";
-      case json::value_t::number_integer:
-      case json::value_t::number_unsigned: return "integer";
-      case json::value_t::number_float: return "number";
-      case json::value_t::object: return "object";
-      case json::value_t::array: return "array";
-      default: return "";
-    }
-  };
-  if (auto e = schema.find("enum"); e != schema.end() && e->is_array())
-    for (const json& v : *e)
-      if (auto n = type_of(v); !n.empty()) types.insert(n);
-  if (auto c = schema.find("const"); c != schema.end())
-    if (auto n = type_of(*c); !n.empty()) types.insert(n);
-}
-
 bool has_type(const ordered_json& v, const std::string& t) {
   if (t == "integer") return v.is_number_integer();
   if (t == "number") return v.is_number();
@@ -113,7 +73,7 @@ bool has_type(const ordered_json& v, const std::string& t) {
 
 ordered_json coerce_parameter(std::string_view raw, const json* schema) {
   std::set<std::string> types;
-  if (schema) collect_types(*schema, types, 0);
+  if (schema) collect_schema_types(*schema, types);
   const std::string text(raw);
   if (types.size() == 1 && types.count("string")) return text;
 

@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -118,5 +119,43 @@ ParsedOutput parse_output(std::string_view text, const nlohmann::json& tools, bo
 
 // Coerces one raw parameter value with its JSON schema (nullptr: none known). Exposed for tests.
 nlohmann::ordered_json coerce_parameter(std::string_view raw, const nlohmann::json* schema);
+
+// The JSON type names a parameter schema admits (empty set = unknown): "type" (string or array), else the
+// union over anyOf/oneOf/allOf branches, else the types of enum/const values. coerce_parameter decides raw
+// text vs JSON with it, and the tool-call grammar (grammar_tool.cpp) must decide the same way, so both use
+// this one definition. J is nlohmann::json or nlohmann::ordered_json.
+template <class J>
+void collect_schema_types(const J& schema, std::set<std::string>& types, int depth = 0) {
+  if (!schema.is_object() || depth > 8) return;
+  if (auto t = schema.find("type"); t != schema.end()) {
+    if (t->is_string()) types.insert(t->template get<std::string>());
+    if (t->is_array())
+      for (const J& e : *t)
+        if (e.is_string()) types.insert(e.template get<std::string>());
+    return;
+  }
+  bool branches = false;
+  for (const char* key : {"anyOf", "oneOf", "allOf"})
+    if (auto b = schema.find(key); b != schema.end() && b->is_array()) {
+      branches = true;
+      for (const J& e : *b) collect_schema_types(e, types, depth + 1);
+    }
+  if (branches) return;
+  auto type_of = [](const J& v) -> std::string {
+    if (v.is_string()) return "string";
+    if (v.is_boolean()) return "boolean";
+    if (v.is_null()) return "null";
+    if (v.is_number_integer()) return "integer";  // signed and unsigned
+    if (v.is_number_float()) return "number";
+    if (v.is_object()) return "object";
+    if (v.is_array()) return "array";
+    return "";
+  };
+  if (auto e = schema.find("enum"); e != schema.end() && e->is_array())
+    for (const J& v : *e)
+      if (auto n = type_of(v); !n.empty()) types.insert(n);
+  if (auto c = schema.find("const"); c != schema.end())
+    if (auto n = type_of(*c); !n.empty()) types.insert(n);
+}
 
 }  // namespace qrig::text
