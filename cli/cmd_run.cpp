@@ -51,8 +51,9 @@ const std::set<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "-
 int cmd_run(int argc, char** argv) {
   std::set<std::string> flags = kSamplingFlags;
   flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f"});
-  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet"});
-  if (a.positional().size() > 1) throw UsageError("usage: qrig run [MODEL.gguf|PLAN_DIR] -p PROMPT [--chat] [--no-think] [-n N] [sampling flags]");
+  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special"});
+  if (a.positional().size() > 1)
+    throw UsageError("usage: qrig run [MODEL.gguf|PLAN_DIR] -p PROMPT [--chat] [--no-think] [--parse-special] [-n N] [sampling flags]");
   std::string prompt = a.get("-p", a.get("--prompt"));
   if (a.has("-f")) {
     std::FILE* f = std::fopen(a.get("-f").c_str(), "rb");
@@ -77,17 +78,23 @@ int cmd_run(int argc, char** argv) {
   gguf::File file = gguf::File::open(plan.model_path);
   text::Tokenizer tok = text::Tokenizer::from_gguf(file);
 
+  // --parse-special: special tokens written in the prompt (and --system) become their ids. Without it they
+  // are text; with --chat the template's own markup is always tokens, so a prompt cannot forge a turn.
+  const bool parse_special = a.has("--parse-special");
   std::string text = prompt;
+  runtime::Request req;
   if (chat) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (a.has("--system")) messages.push_back({{"role", "system"}, {"content", a.get("--system")}});
     messages.push_back({{"role", "user"}, {"content", prompt}});
     text::ChatOptions co;
     co.enable_thinking = thinking;
-    text = text::render_chat(messages, nullptr, co);
+    text::RenderedChat rendered = text::render_chat_with_spans(messages, nullptr, co);
+    req.prompt = text::encode_chat(tok, rendered, /*literal=*/!parse_special);
+    text = std::move(rendered.text);
+  } else {
+    req.prompt = tok.encode(text, parse_special);
   }
-  runtime::Request req;
-  req.prompt = tok.encode(text, /*parse_special=*/chat);
   req.sampling = sampling_from_args(a, thinking);
   req.max_tokens = a.get_int("-n", a.get_int("--n-predict", -1));
   req.stop_tokens = tok.eog_ids();

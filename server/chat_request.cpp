@@ -74,7 +74,8 @@ ToolChoice parse_tool_choice(const Json& body, bool has_tools) {
 ChatRequest parse_chat_request(const Json& body, const ServedModel& model) {
   ChatRequest c;
   std::set<std::string> known = {"messages", "tools", "tool_choice", "parallel_tool_calls", "logprobs",
-                                 "top_logprobs", "response_format", "chat_template_kwargs", "add_generation_prompt"};
+                                 "top_logprobs", "response_format", "chat_template_kwargs", "add_generation_prompt",
+                                 "parse_special"};
   reject_unsupported(body, {{"functions", "the legacy function API is not served; use 'tools'"},
                             {"grammar", "GBNF grammars are not supported; use 'response_format' with a JSON schema"},
                             {"json_schema", "use 'response_format': {\"type\": \"json_schema\", ...}"},
@@ -149,12 +150,15 @@ ChatRequest parse_chat_request(const Json& body, const ServedModel& model) {
       if (it.key() != "enable_thinking" && it.key() != "preserve_thinking" && it.key() != "add_vision_id")
         c.ignored += (c.ignored.empty() ? "" : ",") + ("chat_template_kwargs." + it.key());
 
-  std::string prompt;
+  // Special tokens written in the request's own text (messages, tools) stay text unless parse_special.
+  const bool parse_special = get_bool(body, "parse_special").value_or(false);
+  text::RenderedChat rendered;
   try {
-    prompt = text::render_chat_request(body);
+    rendered = text::render_chat_request_with_spans(body);
   } catch (const text::ChatError& e) {
     bad("messages", e.what());
   }
+  const std::string& prompt = rendered.text;
   c.thinking = prompt.size() >= 8 && prompt.compare(prompt.size() - 8, 8, "<think>\n") == 0;
 
   c.gen.sampling = runtime::SamplingParams::qwen_defaults(c.thinking);
@@ -176,7 +180,7 @@ ChatRequest parse_chat_request(const Json& body, const ServedModel& model) {
     throw ApiError(ErrorKind::invalid_request, std::string("cannot constrain the output: ") + e.what(),
                    forced_call ? "tools" : "response_format");
   }
-  c.prompt = model.tokenizer->encode(prompt, true);
+  c.prompt = text::encode_chat(*model.tokenizer, rendered, !parse_special);
   std::string unknown = unknown_fields(body, known);
   if (!unknown.empty()) c.ignored = unknown + (c.ignored.empty() ? "" : "," + c.ignored);
   return c;

@@ -1,10 +1,13 @@
 // POST /tokenize and POST /detokenize, in the shapes llama.cpp's and vLLM's servers use:
 //   /tokenize   {"content" | "prompt": text, "parse_special"?: true, "with_pieces"?: false}
-//               or {"messages": [...], ...chat fields} (the chat prompt the chat endpoint would build)
+//               or {"messages": [...], ...chat fields, "parse_special"?: false} (the chat prompt the chat
+//               endpoint would build: the template's markup always with special tokens, the request's own
+//               text, as there, with special tokens only when parse_special is true)
 //               -> {"tokens": [ids] | [{"id", "piece"}], "count", "max_model_len"}
 //   /detokenize {"tokens": [ids]} -> {"content": text, "prompt": text}
 // "piece" is the token's text, or its bytes as an array of numbers when they are not valid UTF-8 on their
 // own (llama.cpp's convention). add_special is accepted and has no effect (Qwen adds no BOS).
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -23,7 +26,7 @@ void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request
   const Json body = parse_body(req.body);
   const text::Tokenizer& tok = *model->tokenizer;
   std::set<std::string> known = {"content", "prompt", "messages", "parse_special", "with_pieces", "add_special", "model"};
-  const bool parse_special = get_bool(body, "parse_special").value_or(true);
+  const std::optional<bool> parse_special = get_bool(body, "parse_special");
   const bool with_pieces = get_bool(body, "with_pieces").value_or(false);
   (void)get_bool(body, "add_special");
   (void)get_string(body, "model");
@@ -31,17 +34,19 @@ void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request
   int given = 0;
   if (auto c = get_string(body, "content")) text = *c, ++given;
   if (auto p = get_string(body, "prompt")) text = *p, ++given;
+  std::optional<text::RenderedChat> chat;
   if (body.contains("messages") && !body["messages"].is_null()) {
     ++given;
     for (const char* k : {"tools", "chat_template_kwargs", "add_generation_prompt"}) known.insert(k);
     try {
-      text = text::render_chat_request(body);
+      chat = text::render_chat_request_with_spans(body);
     } catch (const text::ChatError& e) {
       throw ApiError(ErrorKind::invalid_request, e.what(), "messages");
     }
   }
   if (given != 1) throw ApiError(ErrorKind::invalid_request, "give exactly one of 'content', 'prompt' or 'messages'", "content");
-  const std::vector<int32_t> ids = tok.encode(text, parse_special);
+  const std::vector<int32_t> ids = chat ? text::encode_chat(tok, *chat, !parse_special.value_or(false))
+                                        : tok.encode(text, parse_special.value_or(true));
   json tokens = json::array();
   for (int32_t id : ids) {
     if (!with_pieces) {

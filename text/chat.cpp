@@ -8,10 +8,15 @@
 // without a name, arguments that are not a mapping), this throws ChatError with a clear message.
 // One deliberate extension: tool-call arguments given as a JSON string (the OpenAI wire format,
 // which transformers would reject) are parsed and rendered as the object they hold.
+//
+// The output is a Piece: every append says whether its bytes are template markup (mark) or request
+// text (lit), which gives RenderedChat::literal_spans; the text is the same either way.
 #include "text/chat.h"
 
 #include "text/chat_pyfmt.h"
+#include "text/tokenizer.h"
 
+#include <algorithm>
 #include <string_view>
 
 namespace qrig::text {
@@ -63,12 +68,50 @@ std::string_view rstrip_newlines(std::string_view s) {
   return s;
 }
 
+// Text built from template markup and request text, with the byte ranges of the latter (what
+// RenderedChat::literal_spans reports; see chat.h).
+struct Piece {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> spans;  // sorted, disjoint, non-empty, never touching
+
+  // Template markup.
+  Piece& mark(std::string_view s) {
+    text += s;
+    return *this;
+  }
+  // Request text.
+  Piece& lit(std::string_view s) {
+    if (s.empty()) return *this;
+    if (!spans.empty() && spans.back().second == text.size()) spans.back().second += s.size();
+    else spans.emplace_back(text.size(), text.size() + s.size());
+    text += s;
+    return *this;
+  }
+  // p.text[b, e), each byte keeping its origin.
+  Piece& add(const Piece& p, size_t b, size_t e) {
+    for (auto [sb, se] : p.spans) {
+      if (se <= b || sb >= e) continue;
+      size_t lb = std::max(sb, b), le = std::min(se, e);
+      mark(std::string_view(p.text).substr(b, lb - b));
+      lit(std::string_view(p.text).substr(lb, le - lb));
+      b = le;
+    }
+    return mark(std::string_view(p.text).substr(b, e - b));
+  }
+  Piece& add(const Piece& p) { return add(p, 0, p.text.size()); }
+  // The part of this piece that `view` (a view into text) covers.
+  Piece slice(std::string_view view) const {
+    size_t b = static_cast<size_t>(view.data() - text.data());
+    return Piece().add(*this, b, b + view.size());
+  }
+};
+
 class Renderer {
  public:
   Renderer(const Json& messages, const Json& tools, const ChatOptions& opt)
       : msgs_(messages), tools_(tools), opt_(opt) {}
 
-  std::string run() {
+  RenderedChat run() {
     if (msgs_.is_null() || (msgs_.is_array() && msgs_.empty()))
       throw ChatError("No messages provided.");
     if (!msgs_.is_array()) throw ChatError("chat: messages must be an array");
@@ -85,19 +128,20 @@ class Renderer {
     size_t last_query = last_query_index();
     for (size_t i = 0; i < msgs_.size(); ++i) message(i, last_query);
     if (opt_.add_generation_prompt)
-      out_ += opt_.enable_thinking ? "<|im_start|>assistant\n<think>\n"
-                                   : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
-    return std::move(out_);
+      out_.mark(opt_.enable_thinking ? "<|im_start|>assistant\n<think>\n"
+                                     : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    return RenderedChat{std::move(out_.text), std::move(out_.spans)};
   }
 
  private:
-  // The template's render_content macro followed by |trim.
-  std::string content(const Json& message, bool count_vision, bool is_system) {
+  // The template's render_content macro followed by |trim. Text parts are request text, the media
+  // placeholders (and their labels) markup.
+  Piece content(const Json& message, bool count_vision, bool is_system) {
     const Json* c = attr(message, "content");
-    if (!c || c->is_null()) return "";
-    if (c->is_string()) return std::string(py::strip(c->get_ref<const std::string&>()));
+    Piece text;
+    if (!c || c->is_null()) return text;
+    if (c->is_string()) return text.lit(py::strip(c->get_ref<const std::string&>()));
     if (!c->is_array()) throw ChatError("Unexpected content type.");
-    std::string text;
     for (size_t k = 0; k < c->size(); ++k) {
       const Json& item = (*c)[k];
       if (!item.is_object())
@@ -106,22 +150,22 @@ class Renderer {
       if (item.contains("image") || item.contains("image_url") || equals(type, "image")) {
         if (is_system) throw ChatError("System message cannot contain images.");
         if (count_vision) ++images_;
-        if (opt_.add_vision_id) text += "Picture " + std::to_string(images_) + ": ";
-        text += "<|vision_start|><|image_pad|><|vision_end|>";
+        if (opt_.add_vision_id) text.mark("Picture " + std::to_string(images_) + ": ");
+        text.mark("<|vision_start|><|image_pad|><|vision_end|>");
       } else if (item.contains("video") || equals(type, "video")) {
         if (is_system) throw ChatError("System message cannot contain videos.");
         if (count_vision) ++videos_;
-        if (opt_.add_vision_id) text += "Video " + std::to_string(videos_) + ": ";
-        text += "<|vision_start|><|video_pad|><|vision_end|>";
+        if (opt_.add_vision_id) text.mark("Video " + std::to_string(videos_) + ": ");
+        text.mark("<|vision_start|><|video_pad|><|vision_end|>");
       } else if (const Json* t = attr(item, "text")) {
         if (!t->is_string())
           throw ChatError("chat: content part " + std::to_string(k) + " has a non-string text");
-        text += t->get_ref<const std::string&>();
+        text.lit(t->get_ref<const std::string&>());
       } else {
         throw ChatError("Unexpected item type in content.");
       }
     }
-    return std::string(py::strip(text));
+    return text.slice(py::strip(text.text));
   }
 
   // The system turn, preceded by the tool definitions when there are tools.
@@ -129,19 +173,19 @@ class Renderer {
     const Json& first = msgs_[0];
     bool has_system = role_of(first) == "system";
     if (tools_.is_array() && !tools_.empty()) {
-      out_ += kToolsIntro;
+      out_.mark(kToolsIntro);
       for (const Json& tool : tools_) {
-        out_ += '\n';
-        out_ += py::json_dumps(tool);
+        out_.mark("\n");
+        out_.lit(py::json_dumps(tool));
       }
-      out_ += kToolsInstructions;
+      out_.mark(kToolsInstructions);
       if (has_system) {
-        std::string c = content(first, false, true);
-        if (!c.empty()) out_ += "\n\n" + c;
+        Piece c = content(first, false, true);
+        if (!c.text.empty()) out_.mark("\n\n").add(c);
       }
-      out_ += "<|im_end|>\n";
+      out_.mark("<|im_end|>\n");
     } else if (has_system) {
-      out_ += "<|im_start|>system\n" + content(first, false, true) + "<|im_end|>\n";
+      out_.mark("<|im_start|>system\n").add(content(first, false, true)).mark("<|im_end|>\n");
     }
   }
 
@@ -149,7 +193,7 @@ class Renderer {
   size_t last_query_index() {
     for (size_t i = msgs_.size(); i-- > 0;) {
       if (role_of(msgs_[i]) != "user") continue;
-      std::string c = content(msgs_[i], false, false);
+      std::string c = content(msgs_[i], false, false).text;
       if (!(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) return i;
     }
     throw ChatError("No user query found in messages.");
@@ -157,25 +201,29 @@ class Renderer {
 
   void message(size_t i, size_t last_query) {
     const Json& m = msgs_[i];
-    std::string c = content(m, true, false);
+    Piece c = content(m, true, false);
     std::string_view role = role_of(m);
     if (role == "system") {
       if (i != 0) throw ChatError("System message must be at the beginning.");
     } else if (role == "user") {
-      out_ += "<|im_start|>user\n" + c + "<|im_end|>\n";
+      out_.mark("<|im_start|>user\n").add(c).mark("<|im_end|>\n");
     } else if (role == "assistant") {
       assistant(m, c, opt_.preserve_thinking || i > last_query);
     } else if (role == "tool") {
-      if (i > 0 && role_of(msgs_[i - 1]) != "tool") out_ += "<|im_start|>user";
-      out_ += "\n<tool_response>\n" + c + "\n</tool_response>";
-      if (i + 1 == msgs_.size() || role_of(msgs_[i + 1]) != "tool") out_ += "<|im_end|>\n";
+      if (i > 0 && role_of(msgs_[i - 1]) != "tool") out_.mark("<|im_start|>user");
+      out_.mark("\n<tool_response>\n").add(c).mark("\n</tool_response>");
+      if (i + 1 == msgs_.size() || role_of(msgs_[i + 1]) != "tool") out_.mark("<|im_end|>\n");
     } else {
       throw ChatError("Unexpected message role.");
     }
   }
 
-  void assistant(const Json& m, std::string_view c, bool with_think) {
+  // `reasoning` and `c` are views into the reasoning_content string or into content.text; the
+  // <think> tags the template takes out of the content are not printed from it.
+  void assistant(const Json& m, const Piece& content, bool with_think) {
+    std::string_view c = content.text;
     std::string_view reasoning;
+    bool reasoning_in_content = false;
     const Json* rc = attr(m, "reasoning_content");
     if (rc && rc->is_string()) {
       reasoning = rc->get_ref<const std::string&>();
@@ -184,21 +232,23 @@ class Renderer {
       if (size_t open = before.rfind("<think>"); open != std::string_view::npos)
         before = before.substr(open + 7);
       reasoning = lstrip_newlines(before);
+      reasoning_in_content = true;
       c = lstrip_newlines(c.substr(c.rfind("</think>") + 8));
     }
     reasoning = py::strip(reasoning);
-    out_ += "<|im_start|>assistant\n";
+    out_.mark("<|im_start|>assistant\n");
     if (with_think) {
-      out_ += "<think>\n";
-      out_ += reasoning;
-      out_ += "\n</think>\n\n";
+      out_.mark("<think>\n");
+      if (reasoning_in_content) out_.add(content.slice(reasoning));
+      else out_.lit(reasoning);
+      out_.mark("\n</think>\n\n");
     }
-    out_ += c;
+    out_.add(content.slice(c));
     if (const Json* calls = attr(m, "tool_calls"); calls && !calls->is_null()) {
       if (!calls->is_array()) throw ChatError("chat: assistant tool_calls must be an array or null");
       for (size_t k = 0; k < calls->size(); ++k) tool_call((*calls)[k], k, c);
     }
-    out_ += "<|im_end|>\n";
+    out_.mark("<|im_end|>\n");
   }
 
   void tool_call(const Json& call, size_t k, std::string_view content) {
@@ -209,9 +259,9 @@ class Renderer {
     if (!fn->is_object()) throw ChatError(where + ": function is not an object");
     const Json* name = attr(*fn, "name");
     if (!name || !name->is_string()) throw ChatError(where + " has no function name (string)");
-    if (k > 0) out_ += '\n';
-    else if (!py::strip(content).empty()) out_ += "\n\n";
-    out_ += "<tool_call>\n<function=" + name->get<std::string>() + ">\n";
+    if (k > 0) out_.mark("\n");
+    else if (!py::strip(content).empty()) out_.mark("\n\n");
+    out_.mark("<tool_call>\n<function=").lit(name->get_ref<const std::string&>()).mark(">\n");
     if (const Json* args = attr(*fn, "arguments")) {
       Json parsed;
       if (args->is_string()) {
@@ -224,28 +274,37 @@ class Renderer {
       }
       if (!args->is_object()) throw ChatError(where + ": arguments must be a JSON object");
       for (const auto& [key, value] : args->items()) {
-        out_ += "<parameter=" + key + ">\n";
-        out_ += value.is_object() || value.is_array() ? py::json_dumps(value)
-                                                      : py::scalar_str(value);
-        out_ += "\n</parameter>\n";
+        out_.mark("<parameter=").lit(key).mark(">\n");
+        out_.lit(value.is_object() || value.is_array() ? py::json_dumps(value) : py::scalar_str(value));
+        out_.mark("\n</parameter>\n");
       }
     }
-    out_ += "</function>\n</tool_call>";
+    out_.mark("</function>\n</tool_call>");
   }
 
   const Json& msgs_;
   const Json& tools_;
   const ChatOptions& opt_;
-  std::string out_;
+  Piece out_;
   int images_ = 0;
   int videos_ = 0;
 };
 
 }  // namespace
 
+RenderedChat render_chat_with_spans(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                    const ChatOptions& opt) {
+  return Renderer(messages, tools, opt).run();
+}
+
 std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                         const ChatOptions& opt) {
-  return Renderer(messages, tools, opt).run();
+  return Renderer(messages, tools, opt).run().text;
+}
+
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const RenderedChat& chat, bool literal) {
+  if (!literal) return tokenizer.encode(chat.text, true);
+  return tokenizer.encode_literal(chat.text, chat.literal_spans);
 }
 
 }  // namespace qrig::text

@@ -7,14 +7,25 @@
 // JSON values are nlohmann::ordered_json because the template prints tool definitions with
 // `tojson`, which keeps the keys in the order the client sent them; parse request bodies with
 // nlohmann::ordered_json::parse. (Overloads taking nlohmann::json are deleted: that type sorts keys.)
+//
+// The *_with_spans variants also say which bytes of the prompt came from the request (message content,
+// reasoning, tool-call names and arguments, tool definitions) rather than from the template, so that
+// encode_chat can recognise special tokens such as <|im_start|> only where the template put them: a user
+// who writes "<|im_end|>\n<|im_start|>system" in a message gets that text, not a forged turn.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace qrig::text {
+
+class Tokenizer;
 
 // Every rejected conversation: the template's own raise_exception messages ("No user query found
 // in messages.", "System message must be at the beginning.", ...) verbatim, and clear messages for
@@ -47,7 +58,33 @@ std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::
 // chat_template_kwargs). Other body fields (model, sampling...) are ignored here.
 std::string render_chat_request(const nlohmann::ordered_json& body);
 
+// A rendered prompt and the byte ranges [begin, end) of `text` whose bytes came from the request: the
+// content of every message (text parts; the image/video placeholders and "Picture N: " labels are the
+// template's), reasoning_content and reasoning split out of assistant content, tool-call function names,
+// argument names and values, and each tool definition's JSON. What the template strips (surrounding
+// whitespace, a /think or /no_think switch, <think> tags it moves) is not in the text, so not in a range.
+// Ranges are sorted, disjoint, non-empty, and never adjacent (touching ranges are merged).
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> literal_spans;
+};
+
+// render_chat and render_chat_request with the ranges; `text` is byte for byte what they return.
+RenderedChat render_chat_with_spans(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                    const ChatOptions& opt);
+RenderedChat render_chat_request_with_spans(const nlohmann::ordered_json& body);
+
+// Token ids of a rendered chat. The template's markup is always tokenized with added tokens (CONTROL and
+// USER_DEFINED) recognised. literal = true: the request's ranges are ordinary text, so no token can be
+// forged from a message (Tokenizer::encode_literal); literal = false: added tokens written in
+// the request are recognised too, as Hugging Face and llama.cpp tokenize a whole rendered chat
+// (= tokenizer.encode(chat.text, true)). When the request's text spells no added token both give the same
+// ids: the text between recognised tokens is tokenized as one piece, across range boundaries.
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const RenderedChat& chat, bool literal = true);
+
 std::string render_chat(const nlohmann::json&, const nlohmann::json&, const ChatOptions&) = delete;
 std::string render_chat_request(const nlohmann::json&) = delete;
+RenderedChat render_chat_with_spans(const nlohmann::json&, const nlohmann::json&, const ChatOptions&) = delete;
+RenderedChat render_chat_request_with_spans(const nlohmann::json&) = delete;
 
 }  // namespace qrig::text

@@ -1,6 +1,7 @@
 // render_chat_request: turns a chat-completions request body into ChatOptions (template kwargs,
 // add_generation_prompt) and applies Qwen3's /think and /no_think soft switches before rendering
-// with render_chat (chat.cpp). Kept apart from the template logic so that file mirrors only the
+// with render_chat (chat.cpp). The switch is cut from the message before rendering, so the literal
+// spans of the result never include it. Kept apart from the template logic so that file mirrors only the
 // template.
 #include "text/chat.h"
 
@@ -65,7 +66,7 @@ std::optional<bool> apply_soft_switch(Json& messages) {
 
 }  // namespace
 
-std::string render_chat_request(const nlohmann::ordered_json& body) {
+RenderedChat render_chat_request_with_spans(const nlohmann::ordered_json& body) {
   if (!body.is_object()) throw ChatError("chat: request body must be a JSON object");
   ChatOptions opt;
   opt.add_generation_prompt = bool_field(body, "add_generation_prompt", true, "");
@@ -77,7 +78,11 @@ std::string render_chat_request(const nlohmann::ordered_json& body) {
   }
   Json messages = body.value("messages", Json());
   if (auto thinking = apply_soft_switch(messages)) opt.enable_thinking = *thinking;
-  return render_chat(messages, body.value("tools", Json()), opt);
+  return render_chat_with_spans(messages, body.value("tools", Json()), opt);
+}
+
+std::string render_chat_request(const nlohmann::ordered_json& body) {
+  return render_chat_request_with_spans(body).text;
 }
 
 }  // namespace qrig::text

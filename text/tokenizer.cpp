@@ -1,5 +1,5 @@
-// Tokenizer tables, encode (added-token split -> NFC -> pre-tokenizer -> BPE), decode and the
-// streaming decoder (see tokenizer.h).
+// Tokenizer tables, encode (added-token split -> NFC -> pre-tokenizer -> BPE; with literal ranges
+// the added-token split skips them), decode and the streaming decoder (see tokenizer.h).
 //
 // BPE runs per piece on token ids: the piece's bytes start as their byte tokens, and adjacent pairs
 // merge lowest rank first (leftmost on ties) through a heap with lazy invalidation, O(n log n) in the
@@ -12,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <queue>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "gguf/gguf.h"
@@ -20,6 +21,8 @@
 namespace qrig::text {
 
 namespace {
+
+using Spans = std::vector<std::pair<size_t, size_t>>;
 
 struct MergeInfo {
   int32_t rank;
@@ -101,6 +104,7 @@ struct Tokenizer::Impl {
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
   void bpe_uncached(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_special(std::string_view text, const Spans& literal, std::vector<int32_t>& out) const;
 };
 
 Tokenizer::Tokenizer(Vocab vocab) : impl_(std::make_unique<Impl>()) {
@@ -249,6 +253,39 @@ void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& 
   for (auto [b, e] : spans) bpe(text.substr(b, e - b), out);
 }
 
+// Leftmost-longest match of added tokens, none overlapping a literal range; the text between two
+// matches is encoded as one piece. `text` is valid UTF-8.
+void Tokenizer::Impl::encode_special(std::string_view text, const Spans& literal, std::vector<int32_t>& out) const {
+  size_t plain_start = 0, i = 0, k = 0;  // literal[k]: the first non-empty range ending after i
+  while (i < text.size()) {
+    while (k < literal.size() && (literal[k].second <= i || literal[k].first == literal[k].second)) ++k;
+    size_t limit = text.size();  // a match must end by here
+    if (k < literal.size()) {
+      if (literal[k].first <= i) {  // inside a literal range: no match starts here
+        i = literal[k].second;
+        continue;
+      }
+      limit = literal[k].first;
+    }
+    const std::pair<std::string, int32_t>* hit = nullptr;
+    for (const auto& c : specials[static_cast<unsigned char>(text[i])]) {
+      if (c.first.size() <= limit - i && text.compare(i, c.first.size(), c.first) == 0) {
+        hit = &c;
+        break;
+      }
+    }
+    if (!hit) {
+      ++i;
+      continue;
+    }
+    encode_plain(text.substr(plain_start, i - plain_start), out);
+    out.push_back(hit->second);
+    i += hit->first.size();
+    plain_start = i;
+  }
+  encode_plain(text.substr(plain_start), out);
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view utf8, bool parse_special) const {
   const Impl& m = *impl_;
   std::string repaired;
@@ -258,31 +295,40 @@ std::vector<int32_t> Tokenizer::encode(std::string_view utf8, bool parse_special
   }
   std::vector<int32_t> out;
   out.reserve(utf8.size() / 3 + 1);
-  if (!parse_special) {
-    m.encode_plain(utf8, out);
+  if (parse_special) m.encode_special(utf8, {}, out);
+  else m.encode_plain(utf8, out);
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_literal(std::string_view utf8, const Spans& literal) const {
+  size_t prev_end = 0;
+  for (size_t k = 0; k < literal.size(); ++k) {
+    const auto [b, e] = literal[k];
+    if (b > e || e > utf8.size() || b < prev_end) {
+      throw std::invalid_argument("encode_literal: range " + std::to_string(k) + " [" + std::to_string(b) + ", " +
+                                  std::to_string(e) + ") is reversed, overlaps the one before or ends past the " +
+                                  std::to_string(utf8.size()) + "-byte text");
+    }
+    prev_end = e;
+  }
+  std::vector<int32_t> out;
+  out.reserve(utf8.size() / 3 + 1);
+  if (is_valid_utf8(utf8)) {
+    impl_->encode_special(utf8, literal, out);
     return out;
   }
-  // Leftmost-longest match of added tokens; the text between them is encoded on its own.
-  size_t plain_start = 0, i = 0;
-  while (i < utf8.size()) {
-    const auto& candidates = m.specials[static_cast<unsigned char>(utf8[i])];
-    const std::pair<std::string, int32_t>* hit = nullptr;
-    for (const auto& c : candidates) {
-      if (utf8.compare(i, c.first.size(), c.first) == 0) {
-        hit = &c;
-        break;
-      }
-    }
-    if (!hit) {
-      ++i;
-      continue;
-    }
-    m.encode_plain(utf8.substr(plain_start, i - plain_start), out);
-    out.push_back(hit->second);
-    i += hit->first.size();
-    plain_start = i;
+  std::string text;
+  Spans spans;
+  size_t pos = 0;
+  for (const auto& [b, e] : literal) {
+    text += sanitize_utf8(utf8.substr(pos, b - pos));
+    const size_t nb = text.size();
+    text += sanitize_utf8(utf8.substr(b, e - b));
+    spans.emplace_back(nb, text.size());
+    pos = e;
   }
-  m.encode_plain(utf8.substr(plain_start), out);
+  text += sanitize_utf8(utf8.substr(pos));
+  impl_->encode_special(text, spans, out);
   return out;
 }
 

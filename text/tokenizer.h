@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "text/unicode.h"
@@ -39,6 +40,19 @@ class Tokenizer {
   // "<|im_start|>", "<think>") become their single ids (leftmost-longest match, as HF does);
   // otherwise they are ordinary text. No BOS/EOS is added. Thread-safe.
   std::vector<int32_t> encode(std::string_view utf8, bool parse_special) const;
+
+  // Text -> ids with added tokens recognised everywhere except in the byte ranges `literal`
+  // ([begin, end) of utf8, sorted, disjoint; empty ones are ignored), whose bytes stay ordinary text:
+  // a match that would overlap a range is not taken (a shorter token at the same place still can be).
+  // Used for a rendered chat, whose ranges are the text that came from the request (chat.h:
+  // encode_chat). The text between recognised tokens is normalised, pre-tokenized and merged as one
+  // piece across range boundaries, exactly as encode(utf8, true) does, so the ids equal
+  // encode(utf8, true) whenever no match of that overlaps a range, and encode(utf8, false) when one
+  // range covers the text. Invalid UTF-8 is repaired range by range and gap by gap (so each range
+  // still covers its own text). Throws std::invalid_argument for ranges that are unsorted,
+  // overlapping, reversed or past the end. Thread-safe.
+  std::vector<int32_t> encode_literal(std::string_view utf8,
+                                      const std::vector<std::pair<size_t, size_t>>& literal) const;
 
   // Ids -> the exact bytes the tokens stand for (may be invalid UTF-8 if the ids split a character;
   // pass it through sanitize_utf8 before handing it to JSON). Throws TokenizerError for an id
