@@ -15,6 +15,7 @@ int cmd_serve(int argc, char** argv);  // cli/cmd_serve.cpp: the OpenAI-compatib
 int cmd_run(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_template(int argc, char** argv);
+int cmd_probe(int argc, char** argv);  // cli/cmd_probe.cpp: measure the GPUs and links, write a rig
 
 // The built-in default model (a `qrig synth --preset tiny` model written once to the user's cache
 // directory), used when run/serve get no model.

@@ -100,7 +100,23 @@ void copy_to_host(void* dst, const void* src, size_t bytes, const std::string& w
 }
 
 void copy_on_device(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what) {
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), fmt::format("{} ({} bytes)", what, bytes));
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+  if (e != cudaSuccess) check(e, fmt::format("{} ({} bytes)", what, bytes));  // formatted on failure only
+}
+
+void copy_to_device_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what) {
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream);
+  if (e != cudaSuccess) check(e, fmt::format("{} ({} bytes)", what, bytes));  // formatted on failure only
+}
+
+void copy_to_host_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what) {
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+  if (e != cudaSuccess) check(e, fmt::format("{} ({} bytes)", what, bytes));  // formatted on failure only
+}
+
+void fill_device_bytes_async(void* dst, int byte, size_t bytes, cudaStream_t stream, const std::string& what) {
+  const cudaError_t e = cudaMemsetAsync(dst, byte, bytes, stream);
+  if (e != cudaSuccess) check(e, fmt::format("{} ({} bytes)", what, bytes));  // formatted on failure only
 }
 
 void fill_device_bytes(void* dst, int byte, size_t bytes, const std::string& what) {
@@ -204,9 +220,82 @@ void Kernel::launch_raw(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                 name_, grid.x, grid.y, grid.z));
   if (smem > 48 * 1024 && smem > *smem_opt_in_)
     throw CudaError(fmt::format("launch of {}: {} bytes of dynamic shared memory without opt_in_shared()", name_, smem));
-  check(cudaLaunchKernel(reinterpret_cast<const void*>(handle_), grid, block, args, smem, stream),
-        fmt::format("launch of {} (grid {}x{}x{}, block {})", name_, grid.x, grid.y, grid.z, threads));
-  check(cudaGetLastError(), fmt::format("after the launch of {}", name_));
+  // The messages are formatted only on failure: a decode step launches hundreds of kernels.
+  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(handle_), grid, block, args, smem, stream);
+  if (e != cudaSuccess) check(e, fmt::format("launch of {} (grid {}x{}x{}, block {})", name_, grid.x, grid.y, grid.z, threads));
+  const cudaError_t last = cudaGetLastError();
+  if (last != cudaSuccess) check(last, fmt::format("after the launch of {}", name_));
+}
+
+
+PinnedBuffer::PinnedBuffer(size_t bytes, std::string what) : bytes_(bytes), what_(std::move(what)) {
+  const cudaError_t e = cudaMallocHost(&ptr_, bytes == 0 ? 1 : bytes);
+  if (e != cudaSuccess) {
+    ptr_ = nullptr;
+    check(e, fmt::format("cudaMallocHost of {} bytes ({:.1f} MiB) of pinned host memory for {}", bytes,
+                         bytes / 1048576.0, what_));
+  }
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    what_ = std::move(o.what_);
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void PinnedBuffer::reset() noexcept {
+  if (ptr_) cudaFreeHost(ptr_);
+  cudaGetLastError();
+  ptr_ = nullptr;
+}
+
+int device_attribute(int device, cudaDeviceAttr attr, const std::string& what) {
+  int v = 0;
+  check(cudaDeviceGetAttribute(&v, attr, device), fmt::format("{} of CUDA device {}", what, device));
+  return v;
+}
+
+void memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  DeviceGuard g(device);
+  check(cudaMemGetInfo(free_bytes, total_bytes), fmt::format("free memory of CUDA device {}", device));
+}
+
+bool can_access_peer(int device, int peer) {
+  int can = 0;
+  check(cudaDeviceCanAccessPeer(&can, device, peer), fmt::format("whether device {} can access device {}", device, peer));
+  return can != 0;
+}
+
+bool enable_peer_access(int device, int peer) {
+  DeviceGuard g(device);
+  const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();
+    return false;
+  }
+  check(e, fmt::format("enabling access of device {} to device {}'s memory", device, peer));
+  return true;
+}
+
+void disable_peer_access(int device, int peer) noexcept {
+  int prev = 0;
+  if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
+    cudaDeviceDisablePeerAccess(peer);
+    cudaSetDevice(prev);
+  }
+  cudaGetLastError();
+}
+
+void copy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t bytes, cudaStream_t stream,
+                     const std::string& what) {
+  check(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream),
+        fmt::format("{} (device {} -> {}, {} bytes)", what, src_device, dst_device, bytes));
 }
 
 }  // namespace qrig::cuda

@@ -72,6 +72,11 @@ void copy_to_device(void* dst, const void* src, size_t bytes, const std::string&
 void copy_to_host(void* dst, const void* src, size_t bytes, const std::string& what);
 void fill_device_bytes(void* dst, int byte, size_t bytes, const std::string& what);
 void copy_on_device(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what);  // async
+// Ordered on `stream`. From pageable host memory the source may be reused when the call returns (CUDA stages
+// it); to pageable host memory the data is there only after the stream is synchronised.
+void copy_to_device_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what);
+void copy_to_host_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what);
+void fill_device_bytes_async(void* dst, int byte, size_t bytes, cudaStream_t stream, const std::string& what);
 void synchronize(int device, const std::string& what);  // cudaDeviceSynchronize, checked
 
 // An owned device allocation of `count` T on one device. Move-only.
@@ -210,5 +215,41 @@ class Library {
   std::shared_ptr<void> lib_;
   std::string what_;
 };
+
+
+// Page-locked (pinned) host memory (cudaMallocHost): copies from and to it run asynchronously at the
+// link's full speed. Move-only; freed with cudaFreeHost.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(size_t bytes, std::string what);
+  PinnedBuffer(PinnedBuffer&& o) noexcept { *this = std::move(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { reset(); }
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void reset() noexcept;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  std::string what_;
+};
+
+// cudaDeviceGetAttribute, checked (clock rates live here since CUDA 13 dropped them from cudaDeviceProp).
+int device_attribute(int device, cudaDeviceAttr attr, const std::string& what);
+// Free and total bytes of a device's memory now (cudaMemGetInfo), checked.
+void memory_info(int device, size_t* free_bytes, size_t* total_bytes);
+
+// Peer-to-peer: whether `device` can address `peer`'s memory (cudaDeviceCanAccessPeer), and turning that
+// access on (returns false when it was already on: leave it on then) and off again.
+bool can_access_peer(int device, int peer);
+bool enable_peer_access(int device, int peer);
+void disable_peer_access(int device, int peer) noexcept;
+// cudaMemcpyPeerAsync on `stream`: direct when peer access is on, staged through the host otherwise.
+void copy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t bytes, cudaStream_t stream,
+                     const std::string& what);
 
 }  // namespace qrig::cuda
