@@ -43,7 +43,7 @@ T need(const toml::table& t, const char* section, const char* key, const std::st
 
 std::string Plan::to_toml() const {
   toml::table plan{{"format", format}, {"compiler_version", compiler_version}, {"backend", backend},
-                   {"arch_target", arch_target}, {"kernel_family", kernel_family}, {"rig", rig_name}};
+                   {"arch_target", arch_target}, {"device_sms", device_sms}, {"kernel_family", kernel_family}, {"rig", rig_name}};
   toml::table model{{"path", model_path}, {"size", model_size}, {"arch", arch}, {"name", model_name},
                     {"vocab_real", vocab_real}};
   toml::table decisions{{"context_length", context_length}, {"max_sequences", max_sequences},
@@ -89,6 +89,7 @@ Plan Plan::read(const std::string& dir) {
   p.arch_target = t["plan"]["arch_target"].value_or(std::string());
   p.kernel_family = t["plan"]["kernel_family"].value_or(std::string());
   p.rig_name = t["plan"]["rig"].value_or(std::string());
+  p.device_sms = t["plan"]["device_sms"].value_or(int64_t{0});
   p.model_path = need<std::string>(t, "model", "path", file);
   p.model_size = need<int64_t>(t, "model", "size", file);
   p.arch = need<std::string>(t, "model", "arch", file);

@@ -36,6 +36,7 @@ struct Plan {
   std::string rig_name;
   std::string backend;         // "cpu" | "cuda"
   std::string arch_target;     // e.g. "sm_90" for cuda; empty for cpu
+  int64_t device_sms = 0;      // SMs of the target GPU (kernel tilings and splits are chosen for it); 0 for cpu
   std::string kernel_family;   // "reference" (cpu), "dp4a" ...
   int64_t context_length = 0;  // tokens per sequence the plan allows
   int64_t max_sequences = 1;   // sequence slots

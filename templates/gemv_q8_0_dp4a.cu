@@ -9,8 +9,11 @@
 // before any is used (bytes in flight for HBM), the per-lane partial sums are reduced by a butterfly in a
 // fixed order (deterministic), lane 0 writes the row. Rows past n_rows (the last warp) are computed on a
 // clamped row and not written.
+// Output rows may go to up to four places (one launch for several matmuls that read the same input, their
+// weights stacked in one matrix): row r < b1 -> y0[r], r < b2 -> y1[r - b1], r < b3 -> y2[r - b2], else
+// y3[r - b3] (a single output: b1 = b2 = b3 = n_rows).
 // Variant: gemv_q8_0_dp4a_k<K>_r<R>_u<U>_t<T>.  Grid: ceil(n_rows / (R * T/32)).
-// Arguments: wq, wd, xq, xd, y, n_rows.
+// Arguments: wq, wd, xq, xd, y0, y1, y2, y3, b1, b2, b3, n_rows.
 #include "qrig_common.cuh"
 
 static_assert(QRIG_K % 32 == 0, "gemv_q8_0_dp4a: K must be a multiple of 32");
@@ -21,8 +24,8 @@ static_assert(QRIG_THREADS % 32 == 0 && QRIG_THREADS <= 1024, "gemv_q8_0_dp4a: b
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gemv_q8_0_dp4a(const signed char* __restrict__ wq, const unsigned short* __restrict__ wd,
-               const signed char* __restrict__ xq, const float* __restrict__ xd, float* __restrict__ y,
-               int n_rows) {
+               const signed char* __restrict__ xq, const float* __restrict__ xd, float* y0, float* y1, float* y2,
+               float* y3, int b1, int b2, int b3, int n_rows) {
   constexpr int K = QRIG_K, R = QRIG_ROWS, U = QRIG_UNROLL, T = QRIG_THREADS;
   constexpr int WARPS = T / 32;
   constexpr int VEC = K / 16;      // 16-byte vectors per row
@@ -85,6 +88,10 @@ gemv_q8_0_dp4a(const signed char* __restrict__ wq, const unsigned short* __restr
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float v = qrig_warp_sum(acc[r]);
-    if (lane == 0 && row0 + r < n_rows) y[row0 + r] = v;
+    const int row = row0 + r;
+    if (lane == 0 && row < n_rows) {
+      float* y = row < b1 ? y0 + row : row < b2 ? y1 + (row - b1) : row < b3 ? y2 + (row - b2) : y3 + (row - b3);
+      *y = v;
+    }
   }
 }

@@ -23,6 +23,16 @@ __device__ __forceinline__ float qrig_half_to_float(unsigned short h) {
   return f;
 }
 
+// float -> fp16 bits, round to nearest even (what gguf::float_to_fp16 does on the host).
+__device__ __forceinline__ unsigned short qrig_float_to_half(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+// x * sigmoid(x) with the accurate expf (the CPU reference uses std::exp: a few ulp apart).
+__device__ __forceinline__ float qrig_silu(float x) { return x / (1.0f + expf(-x)); }
+
 // Exact int -> float for |s| < 2^22 with one integer and one float add (the magic-number trick: the I2F
 // unit runs at a quarter of the dp4a rate). A dot of 16 int8 pairs is at most 16 * 128 * 128 = 2^18.
 __device__ __forceinline__ float qrig_small_int_to_float(int s) {

@@ -1,5 +1,7 @@
 // Pass: choose the backend and kernel family from the rig. Tensor-core families are never chosen for a rig
 // whose probe says tensor cores are throttled; the default CUDA family uses DP4A and HFMA2/FP32 only.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "compiler/passes/passes.h"
@@ -27,6 +29,9 @@ void select_backend(CompileContext& cx) {
     }
   p.backend = "cuda";
   p.arch_target = first->arch;
+  p.device_sms = first->sms;
+  for (const auto& d : cx.rig.devices)
+    if (d.kind == "cuda" && d.sms > 0) p.device_sms = std::min<int64_t>(p.device_sms > 0 ? p.device_sms : d.sms, d.sms);
   p.kernel_family = "dp4a";
   bool throttled = false;
   for (const auto& d : cx.rig.devices) throttled |= d.kind == "cuda" && d.tensor_cores_throttled;

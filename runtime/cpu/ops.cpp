@@ -115,6 +115,32 @@ void add(const float* a, const float* b, int64_t n, float* out) {
   }, 65536);
 }
 
+void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d) {
+  const char* op = "quantize_q8_activation";
+  require_count(n, op, "n");
+  require(n % 32 == 0, op, "n must be a multiple of 32");
+  if (n == 0) return;
+  require_ptr(x, op, "x");
+  require_ptr(q, op, "q");
+  require_ptr(d, op, "d");
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    bool bad = false;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      bad |= !std::isfinite(xb[i]);
+      amax = std::max(amax, std::fabs(xb[i]));
+    }
+    const float db = amax / 127.0f;
+    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const int v = bad ? 0 : (int)std::round(xb[i] * id);
+      q[b * 32 + i] = (int8_t)std::clamp(v, -127, 127);
+    }
+    d[b] = bad ? std::nanf("") : db;
+  }
+}
+
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   const char* op = "swiglu";
   require_count(n, op, "n");

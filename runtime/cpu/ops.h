@@ -35,6 +35,11 @@ void rmsnorm(const float* x, const float* w, int64_t T, int64_t D, float eps, fl
 // and reused for all T tokens.
 void matmul(const Matrix& w, const float* x, int64_t T, float* out);
 
+// The activation quantization of the GPU's dp4a matmuls (templates/quant_act_q8.cu, bit for bit): per 32
+// consecutive values d = amax / 127, q = clamp(roundf(x * (1 / d)), -127, 127) in fp32; an all-zero block gives
+// d = 0, q = 0; a block holding a NaN or inf gets d = NaN, q = 0. n must be a multiple of 32.
+void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d);
+
 // Elementwise; may run in place.
 void add(const float* a, const float* b, int64_t n, float* out);
 // out = silu(gate) * up elementwise; may run in place.

@@ -64,17 +64,36 @@ void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, floa
 
 void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, float* y,
                       cudaStream_t stream) {
+  float* const ys[4] = {y, nullptr, nullptr, nullptr};
+  const int64_t rows[4] = {w.rows, 0, 0, 0};
+  launch_gemv_q8_0_split(k, w, xq, xd, ys, rows, stream);
+}
+
+void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                            float* const y[4], const int64_t rows[4], cudaStream_t stream) {
   require_kernel(k, "gemv_q8_0_dp4a");
   require_q8(w, k, "weights");
   if (w.cols != k.variant.param("k"))
     throw KernelError(fmt::format("{}: weights have {} columns", k.variant.name, w.cols));
   require_aligned(xq, 16, k, "xq");
   require_aligned(xd, 4, k, "xd");
-  require_aligned(y, 4, k, "y");
+  int64_t bounds[4], total = 0;
+  float* outs[4];
+  for (int i = 0; i < 4; ++i) {
+    if (rows[i] < 0 || (rows[i] > 0 && !y[i]))
+      throw KernelError(fmt::format("{}: output {} has {} rows and pointer {}", k.variant.name, i, rows[i], (const void*)y[i]));
+    if (rows[i] > 0) require_aligned(y[i], 4, k, "y");
+    total += rows[i];
+    bounds[i] = total;
+    outs[i] = rows[i] > 0 ? y[i] : y[0];
+  }
+  if (total != w.rows)
+    throw KernelError(fmt::format("{}: outputs take {} rows of a {}-row matrix", k.variant.name, total, w.rows));
   const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
   k.kernel.launch(dim3(grid_for(w.rows, rows_per_block, k)), dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
-                  reinterpret_cast<const signed char*>(xq), xd, y, (int)w.rows);
+                  reinterpret_cast<const signed char*>(xq), xd, outs[0], outs[1], outs[2], outs[3], (int)bounds[0],
+                  (int)bounds[1], (int)bounds[2], (int)w.rows);
 }
 
 void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,

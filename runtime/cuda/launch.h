@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/nvrtc.h"
@@ -19,6 +20,11 @@ struct LoadedKernel {
 };
 // Loads the cubin (cudaLibraryLoadData) and finds the variant's entry point.
 LoadedKernel load_kernel(const CompiledKernel& k);
+
+// How the kernel sets of each area (gemm.h, gdn.h, attention.h, pointwise.h) obtain their variants: compiled
+// (or read from the cubin cache) for the plan's feature set and loaded. The executor passes one backed by its
+// KernelCompiler; tests pass one backed by theirs.
+using KernelLoader = std::function<LoadedKernel(const Variant&)>;
 
 // A repacked Q8_0 matrix in device memory (q8_layout.h): qs int8 [rows][cols], scales fp16 [rows][cols/32].
 struct Q8Matrix {
@@ -38,6 +44,10 @@ void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, floa
 // y[w.rows] = W x for one quantized activation row (gemv_q8_0_dp4a; variant.k must equal w.cols).
 void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, float* y,
                       cudaStream_t stream);
+// The same over stacked weights whose output rows go to up to four places: rows [0, rows[0]) to y[0],
+// the next rows[1] to y[1], ... (rows sum to w.rows; unused entries 0).
+void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                            float* const y[4], const int64_t rows[4], cudaStream_t stream);
 
 // out[t] = row tokens[t] of the table as f32 (embed_q8_0; variant.d must equal table.cols). Ids are checked
 // by the caller on the host (the kernel writes NaN rows for bad ids rather than reading out of bounds).

@@ -1,7 +1,7 @@
 // The kernel variants a CUDA plan needs, read from its graph's shapes: what `qrig compile` will precompile
-// and CI compiles for every architecture. Until choose_kernels names full variants in the plan, the block
-// sizes and tilings here are the default family's defaults (variant.h); ops with no GPU kernel yet are
-// listed as missing, so callers can tell "compiled everything" from "compiled everything that exists".
+// and CI compiles for every architecture; the executor loads the same variants when it binds the plan. Ops
+// with no GPU kernel are listed as missing, so callers can tell "compiled everything" from "compiled
+// everything that exists".
 #pragma once
 
 #include <string>
@@ -20,5 +20,19 @@ struct PlanKernels {
 // Throws KernelError when the plan is not a CUDA plan of the dp4a family or a shape is not what the
 // kernels need (e.g. a matmul input that is not a multiple of 32).
 PlanKernels plan_kernels(const ir::Plan& plan);
+
+}  // namespace qrig::cuda
+
+#include "runtime/cuda/nvrtc.h"
+
+namespace qrig::cuda {
+
+struct PrecompileResult {
+  int64_t variants = 0, compiled = 0, cached = 0;
+  std::vector<std::string> notes;  // arch substitutions
+};
+// Compiles (or finds in the cache) every variant of plan_kernels(plan) for the plan's feature set, on up to
+// `threads` threads. Throws KernelError listing every variant that failed.
+PrecompileResult precompile_plan_kernels(const ir::Plan& plan, KernelCompiler& compiler, int threads);
 
 }  // namespace qrig::cuda

@@ -1,5 +1,6 @@
 // Q8_0 repacking and the host reference of activation quantization (see q8_layout.h).
 #include "runtime/cuda/q8_layout.h"
+#include "runtime/cpu/ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,22 +26,7 @@ void repack_q8_0(const uint8_t* src, int64_t rows, int64_t cols, int8_t* qs, uin
 
 void quantize_activation_q8(const float* x, int64_t n, int8_t* q, float* d) {
   if (n < 0 || n % 32 != 0) throw KernelError(fmt::format("quantize_activation_q8: {} values is not a multiple of 32", n));
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    bool bad = false;
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) {
-      bad |= !std::isfinite(xb[i]);
-      amax = std::max(amax, std::fabs(xb[i]));
-    }
-    const float db = amax / 127.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
-    for (int i = 0; i < 32; ++i) {
-      const int v = bad ? 0 : (int)std::round(xb[i] * id);
-      q[b * 32 + i] = (int8_t)std::clamp(v, -127, 127);
-    }
-    d[b] = bad ? std::nanf("") : db;
-  }
+  cpu::quantize_q8_activation(x, n, q, d);
 }
 
 std::vector<float> dequantize_activation_q8(const int8_t* q, const float* d, int64_t n) {

@@ -1,6 +1,7 @@
 // The template registry and variant names (see variant.h). Adding a template: its file in templates/, an
 // entry here, a launcher in launch.cpp, a CPU reference comparison in tests/gpu.
 #include "runtime/cuda/variant.h"
+#include "runtime/cuda/variant_parts.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,10 +12,6 @@ namespace qrig::cuda {
 
 namespace {
 
-TemplateParam threads_param() {
-  return {"t", "QRIG_THREADS", 32, 1024, 32, "threads per block (a multiple of the warp size)"};
-}
-
 int64_t pow2_at_most(int64_t n) {
   int64_t p = 1;
   while (p * 2 <= n) p *= 2;
@@ -23,8 +20,22 @@ int64_t pow2_at_most(int64_t n) {
 
 }  // namespace
 
+TemplateParam threads_param() {
+  return {"t", "QRIG_THREADS", 32, 1024, 32, "threads per block (a multiple of the warp size)"};
+}
+
 const std::vector<TemplateInfo>& template_registry() {
-  static const std::vector<TemplateInfo> reg = {
+  static const std::vector<TemplateInfo> reg = [] {
+    std::vector<TemplateInfo> all = base_templates();
+    for (auto part : {pointwise_templates, gemm_templates, gdn_templates, attention_templates})
+      for (auto& t : part()) all.push_back(std::move(t));
+    return all;
+  }();
+  return reg;
+}
+
+std::vector<TemplateInfo> base_templates() {
+  return {
       {"rmsnorm_f32", "rmsnorm_f32.cu",
        {{"d", "QRIG_D", 4, 65536, 4, "row length"}, threads_param()},
        "out = x * rsqrt(mean(x^2) + eps) * w per row of f32; one block per row"},
@@ -41,7 +52,6 @@ const std::vector<TemplateInfo>& template_registry() {
        {{"d", "QRIG_D", 32, 65536, 32, "row length"}, threads_param()},
        "rows of a repacked Q8_0 table -> f32, one block per token; ids out of range give NaN rows"},
   };
-  return reg;
 }
 
 const TemplateInfo* find_template_info(std::string_view kernel) {
@@ -146,7 +156,8 @@ Variant rmsnorm_f32_variant(int64_t d) {
 
 Variant quant_act_q8_variant() { return make_variant("quant_act_q8", {{"t", 256}}); }
 
-Variant gemv_q8_0_variant(int64_t k) { return gemv_q8_0_variant(k, 2, 4, 256); }
+// r1 u2 t256 was the fastest tiling at every 9B decode shape on the H200 (bench/RESULTS.md, 2026-11-30).
+Variant gemv_q8_0_variant(int64_t k) { return gemv_q8_0_variant(k, 1, 2, 256); }
 
 Variant gemv_q8_0_variant(int64_t k, int64_t rows_per_warp, int64_t unroll, int64_t threads) {
   return make_variant("gemv_q8_0_dp4a", {{"k", k}, {"r", rows_per_warp}, {"u", unroll}, {"t", threads}});

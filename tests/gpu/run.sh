@@ -5,10 +5,13 @@
 #   tests/gpu/run.sh [path/to/qrig_tests_gpu]   (default: build-gpu/gpu-bundle/, then build/gpu-bundle/)
 # Steps: every "[gpu]" test (kernels vs CPU reference ops at 9B shapes, the CUDA layer), compute-sanitizer
 # memcheck (and racecheck) on the short "[short]" subset when compute-sanitizer is installed, the decode GEMV
-# micro-benchmark ("[bench]"). Kernels compile into a cache under /tmp (kept between the steps). Logs go to
-# $OUT (or ./gpu-out): gpu_tests.log, gpu_report.md (error per op and threshold), memcheck.log,
-# racecheck.log, bench.log, bench_gemv.md, kernels.tar.gz (cubins, PTX, ptxas reports), summary.md. A
-# short table is printed last. Exit status: non-zero when a test or a sanitizer check failed.
+# micro-benchmark ("[bench]"), then `qrig probe -o rig.toml` when the bundle has the qrig binary. Kernels
+# compile into a cache under /tmp (kept between the steps). Logs go to $OUT (or ./gpu-out): gpu_tests.log,
+# gpu_report.md (error per op and threshold), memcheck.log, racecheck.log, bench.log, bench_gemv.md,
+# probe.log, rig.toml, kernels.tar.gz (cubins, PTX, ptxas reports), summary.md. A short table is printed
+# last. Exit status: non-zero when a test, a sanitizer check or the probe failed. QRIG_GPU_SANITIZE=0 and
+# QRIG_GPU_BENCH=0 skip the sanitizers and the micro-benchmarks (to save device time). Model-level checks and
+# benchmarks (qrig verify / qrig bench) are tests/gpu/bench.sh.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:-}
@@ -55,6 +58,10 @@ sanitizer=$(command -v compute-sanitizer || true)
 [[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
 declare -A san_line
 for tool in memcheck racecheck; do
+  if [[ "${QRIG_GPU_SANITIZE:-1}" == 0 ]]; then
+    san_line[$tool]="skipped (QRIG_GPU_SANITIZE=0)"
+    continue
+  fi
   if [[ -z "$sanitizer" ]]; then
     san_line[$tool]="not run: compute-sanitizer not found"
     continue
@@ -73,9 +80,25 @@ for tool in memcheck racecheck; do
   fi
 done
 
-"$bin" "[bench]" >"$out/bench.log" 2>&1
-bench_rc=$?
-if [[ $bench_rc -eq 0 ]]; then bench_line="ran, table in bench_gemv.md"; else bench_line="FAILED (exit $bench_rc)"; status=1; fi
+export QRIG_BENCH_GEMM_OUT=$out/bench_gemm.md QRIG_BENCH_GDN_OUT=$out/bench_gdn.md QRIG_BENCH_ATTN_OUT=$out/bench_attention.md
+if [[ "${QRIG_GPU_BENCH:-1}" == 0 ]]; then
+  bench_line="skipped (QRIG_GPU_BENCH=0)"
+else
+  "$bin" "[bench]" >"$out/bench.log" 2>&1
+  bench_rc=$?
+  if [[ $bench_rc -eq 0 ]]; then bench_line="ran, tables in bench_*.md"; else bench_line="FAILED (exit $bench_rc)"; status=1; fi
+fi
+
+# `qrig probe` from the same bundle (its shared libraries in qrig-libs/, for qrig only): this machine's rig.
+qrig_bin="$(dirname "$bin")/qrig"
+rm -f "$out/probe.log" "$out/rig.toml"
+if [[ -x "$qrig_bin" ]]; then
+  LD_LIBRARY_PATH="$(dirname "$bin")/qrig-libs:$LD_LIBRARY_PATH" "$qrig_bin" probe -o "$out/rig.toml" >"$out/probe.log" 2>&1
+  probe_rc=$?
+  if [[ $probe_rc -eq 0 ]]; then probe_line="ran, rig in rig.toml"; else probe_line="FAILED (exit $probe_rc)"; status=1; fi
+else
+  probe_line="not run: no qrig binary beside $bin"
+fi
 
 tar -czf "$out/kernels.tar.gz" -C "$XDG_CACHE_HOME" qrig 2>/dev/null || true
 
@@ -88,6 +111,11 @@ tar -czf "$out/kernels.tar.gz" -C "$XDG_CACHE_HOME" qrig 2>/dev/null || true
     sed -n '/### Best GEMV tiling per shape/,$p' "$QRIG_BENCH_OUT"
     grep -m1 "device-to-device copy" "$QRIG_BENCH_OUT"
   fi
+  if [[ -f "$out/probe.log" ]]; then
+    echo
+    echo "### qrig probe (probe.log)"
+    cat "$out/probe.log"
+  fi
   echo
   echo "### GPU run summary"
   echo "| step | result | log |"
@@ -96,5 +124,6 @@ tar -czf "$out/kernels.tar.gz" -C "$XDG_CACHE_HOME" qrig 2>/dev/null || true
   echo "| compute-sanitizer memcheck [short] | ${san_line[memcheck]} | memcheck.log |"
   echo "| compute-sanitizer racecheck [short] | ${san_line[racecheck]} | racecheck.log |"
   echo "| GEMV micro-benchmark [bench] | $bench_line | bench.log |"
+  echo "| qrig probe -o rig.toml | $probe_line | probe.log |"
 } | tee "$out/summary.md"
 exit $status

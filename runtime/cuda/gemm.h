@@ -1,0 +1,68 @@
+// Q8_0 x int8 matrix multiplication for any number of activation rows (prefill GEMM, and the multi-row
+// decode of several sequences): Y[T][n] = X[T][k] W[n][k]^T, with W repacked Q8_0 (launch.h Q8Matrix) and X
+// quantized by quant_act_q8 (int8 xq [T][k] row-major, f32 xd [T][k/32]). CPU reference: cpu::matmul on the
+// same weights and the dequantized activation. Default family: dp4a only (no tensor cores, sm_70 material).
+//
+// Determinism: every kernel adds each output's terms in a fixed order, so a run repeats bit for bit. A row's
+// result does not depend on the other rows of the batch, but the order (and so the last bits) depends on the
+// kernel MatmulQ8 picks for T: the GEMV (T = 1), the skinny kernel (T <= kSkinnyMaxT: per-lane sums over the
+// K vectors, then butterflies) and the tiled kernel (per output in K-block order; with sliced K, per slice
+// then slices in order). All tiled tilings with one K slice give identical bits, so e.g. prefill chunks of
+// 512 and 1024 rows agree exactly; T = 1 and T = 2 can differ in the last bits (rel. ~1e-7).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "runtime/cuda/launch.h"
+
+namespace qrig::cuda {
+
+// The two GEMM templates (MatmulQ8 picks among their tilings; tests and benchmarks use them directly):
+//   gemm_q8_0_dp4a_tiled   CTA tile bn weight rows x bt tokens, thread tile tn x tt, kb Q8_0 blocks per stage
+//                          and K slice, sk K slices (thread groups adding up at the end), sk*(bn/tn)*(bt/tt)
+//                          threads: the prefill GEMM
+//   gemm_q8_0_dp4a_skinny  up to `cols` tokens, `rows_per_warp` weight rows per warp, every weight read once:
+//                          batched decode and short prefills
+Variant gemm_q8_0_tiled_variant(int64_t bn, int64_t bt, int64_t tn, int64_t tt, int64_t kb, int64_t sk = 1);
+Variant gemm_q8_0_skinny_variant(int64_t cols, int64_t rows_per_warp, int64_t unroll, int64_t threads);
+
+// Checked launchers: y [T][w.rows] f32 = xq/xd [T][w.cols] x w^T. The tiling comes from the loaded variant.
+// xq 16-byte aligned, xd 4, y 16. tiled: w.cols a multiple of 32*kb*sk. skinny: T <= cols.
+void launch_gemm_q8_0_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, int64_t T,
+                            float* y, cudaStream_t stream);
+void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, int64_t T,
+                             float* y, cudaStream_t stream);
+
+// The variant MatmulQ8 runs for T rows of a [k] -> [n] matmul on a GPU with `sms` SMs: the decode GEMV for
+// T = 1, the skinny kernel for T <= kSkinnyMaxT, else the tiling of least modelled time (gemm.cpp).
+constexpr int64_t kSkinnyMaxT = 16;
+Variant matmul_q8_0_choice(int64_t k, int64_t n, int64_t T, int sms);
+
+// Every variant a [k] -> [n] matmul may launch for T = 1..max_t rows on a GPU with `sms` SMs (the plan
+// precompiles them; the run never compiles).
+std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms);
+
+// The kernels of one matmul shape, loaded once; run() picks the variant for T (the GEMV for T = 1).
+class MatmulQ8 {
+ public:
+  MatmulQ8(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t, int sms);
+  // y [T][n] f32 = xq/xd [T][k] x w^T. 1 <= T <= max_t. Device pointers; y 16-byte aligned.
+  void run(const Q8Matrix& w, const int8_t* xq, const float* xd, int64_t T, float* y, cudaStream_t stream) const;
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  // The variant run() launches for T rows (tests, benchmarks).
+  const Variant& variant_for(int64_t T) const { return kernels_[index_for(T)].variant; }
+
+ private:
+  size_t index_for(int64_t T) const;  // throws KernelError unless 1 <= T <= max_t
+
+  int64_t k_, n_, max_t_;
+  int sms_;
+  std::vector<LoadedKernel> kernels_;  // the implementation's choice of variants, in its order
+  // (first T, index into kernels_), ascending: T in [first, next first) runs that kernel.
+  std::vector<std::pair<int64_t, size_t>> by_t_;
+};
+
+}  // namespace qrig::cuda

@@ -1,0 +1,49 @@
+// The small kernels of the default family between the matmuls: residual add, SwiGLU, the GDN input conv,
+// per-head RMSNorms (q/k norms, the GDN gated output norm), partial NeoX RoPE, the fp16 KV-cache append and
+// greedy argmax. Variant builders and typed, checked launchers (device pointers only); each template's
+// header names its CPU reference op.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cuda/launch.h"
+
+namespace qrig::cuda {
+
+Variant add_f32_variant();
+Variant swiglu_f32_variant();
+Variant conv1d_silu_f32_variant(int64_t taps);
+Variant head_rmsnorm_f32_variant(int64_t head_dim);
+Variant gated_rmsnorm_f32_variant(int64_t head_dim);
+Variant rope_neox_f32_variant(int64_t head_dim, int64_t rope_dims);
+Variant kv_write_f16_variant();
+Variant argmax_f32_variant();
+
+// out = a + b over n values (n % 4 == 0, 16-byte aligned; out may equal a or b).
+void launch_add_f32(const LoadedKernel& k, const float* a, const float* b, float* out, int64_t n, cudaStream_t s);
+// out = silu(gate) * up over n values (n % 4 == 0, 16-byte aligned; out may equal gate or up).
+void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up, float* out, int64_t n,
+                       cudaStream_t s);
+// cpu::conv1d_causal_silu: x/out [T][C], w [C][K], state [K-1][C] (variant.k == K).
+void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,
+                            float* state, float* out, cudaStream_t s);
+// cpu::head_rmsnorm (variant.d == head dim).
+void launch_head_rmsnorm_f32(const LoadedKernel& k, const float* x, int64_t row_stride, int64_t head_stride,
+                             int64_t head_offset, const float* w, int64_t T, int64_t heads, float eps, float* out,
+                             cudaStream_t s);
+// cpu::gated_rmsnorm over T*heads rows of variant.d values.
+void launch_gated_rmsnorm_f32(const LoadedKernel& k, const float* o, const float* z, const float* w, int64_t T,
+                              int64_t heads, float eps, float* out, cudaStream_t s);
+// out = cpu::rope_neox applied to a copy of in (out may equal in); pos [T] int32 on the device; inv_freq
+// [rope_dims/2] doubles on the device (rope_inv_freq below).
+void launch_rope_neox_f32(const LoadedKernel& k, const float* in, float* out, const int32_t* pos, int64_t T,
+                          int64_t heads, const double* inv_freq, cudaStream_t s);
+std::vector<double> rope_inv_freq(int64_t rope_dims, float theta);  // theta^(-2i/rope_dims), i < rope_dims/2
+// kcache/vcache rows pos0..pos0+T-1 (of W fp16 values) = k/v [T][W] rounded to fp16. W even.
+void launch_kv_write_f16(const LoadedKernel& k, const float* kin, const float* vin, uint16_t* kcache,
+                         uint16_t* vcache, int64_t pos0, int64_t T, int64_t W, cudaStream_t s);
+// out[r] = argmax of logits[r*row_stride .. + n_valid) for `rows` rows.
+void launch_argmax_f32(const LoadedKernel& k, const float* logits, int64_t rows, int64_t row_stride, int64_t n_valid,
+                       int32_t* out, cudaStream_t s);
+
+}  // namespace qrig::cuda

@@ -1,0 +1,33 @@
+// Causal depthwise conv over time + SiLU with a carried window (the GDN input conv). x [T][C], w [C][K]
+// (tap K-1 multiplies the current input), state [K-1][C] = the previous K-1 inputs, oldest first: read, then
+// replaced by the last K-1 inputs. out [T][C] must not alias x. CPU reference: qrig::cpu::conv1d_causal_silu
+// (same fp32 accumulation order over taps).
+// One thread per channel walks the T tokens with the window in registers (coalesced over channels).
+// Variant: conv1d_silu_f32_k<K>_t<T>.  Grid: ceil(C / T).  Arguments: x, T, C, w, state, out.
+#include "qrig_common.cuh"
+
+static_assert(QRIG_K >= 2 && QRIG_K <= 8, "conv1d_silu_f32: K in 2..8");
+
+extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
+conv1d_silu_f32(const float* __restrict__ x, int T, int C, const float* __restrict__ w, float* __restrict__ state,
+                float* __restrict__ out) {
+  constexpr int K = QRIG_K, H = QRIG_K - 1;
+  const int c = blockIdx.x * QRIG_THREADS + threadIdx.x;
+  if (c >= C) return;
+  float wk[K], win[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) wk[k] = w[(size_t)c * K + k];
+#pragma unroll
+  for (int k = 0; k < H; ++k) win[k] = state[(size_t)k * C + c];
+  for (int t = 0; t < T; ++t) {
+    win[H] = x[(size_t)t * C + c];
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) acc += wk[k] * win[k];
+    out[(size_t)t * C + c] = qrig_silu(acc);
+#pragma unroll
+    for (int k = 0; k < H; ++k) win[k] = win[k + 1];
+  }
+#pragma unroll
+  for (int k = 0; k < H; ++k) state[(size_t)k * C + c] = win[k];
+}

@@ -1,0 +1,131 @@
+// AttentionKernels (runtime/cuda/attention.h) against cpu::attention_gated on the same f16-rounded cache (the
+// reference reads it converted to f32), at the tiny fixture's dims (2/1 heads of 256), 9B (16/4) and 27B
+// (24/4: 6 heads per KV head, so prefill blocks have idle rows). Inputs are fresh N(0,1) values, like the
+// q/k_norm outputs (RMS 1: scores of std ~1 at scale 1/16), plus a peaked case (q x 8); the gate is N(0,1)
+// and read with the model's strides (interleaved with q: row 2*Hq*hd, head 2*hd). Outputs and the split
+// workspace are poisoned with NaN, and the cache rows past pos0+T hold fp16 NaN (no kernel may read them).
+// Error = max|gpu - cpu| / max|cpu|. Thresholds:
+//   decode (T <= 8/G tokens: attn_decode [+ attn_merge])           1e-4  all fp32; exp2 approx (~2 ulp), q
+//                                                                        pre-scaled by scale*log2 e, other
+//                                                                        summation orders (measured ~1e-6)
+//   prefill, the default fp32 P.V (attn_prefill h0 [+ attn_merge]) 1e-4  same (measured ~2e-6)
+//   prefill, HFMA2 P.V (h1, which a loader may substitute)        5e-3  P rounded to fp16 (2^-11 relative)
+//        and P.V summed in fp16 over the 32 keys of a tile before the fp32 accumulator: rounding errors of
+//        ~2^-12 of a tile's partial sum, 32 of them, against an output that averages many keys: ~1e-3 of an
+//        element's size (measured up to 3.5e-3 of the largest output at 9B, T=64; 3e-4 with a peaked
+//        softmax). Q.K, the softmax and the running sums stay fp32, so this does not grow with the context.
+// Each case also runs with sms = 1 (fewer, longer splits: the single-split paths at long context) and twice
+// with the defaults (bit-identical: fixed reduction order).
+#include <catch2/catch.hpp>
+
+#include "runtime/cuda/attention.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace qrig;
+using namespace qrig::cuda;
+using namespace qrig::cuda::gputest;
+
+namespace {
+
+const AttentionDims kTiny{2, 1, 256}, k9B{16, 4, 256}, k27B{24, 4, 256};
+constexpr uint16_t kF16NaN = 0x7E00;
+
+std::string dims_name(const AttentionDims& d) {
+  return d.Hq == 2 ? "tiny" : d.Hq == 16 ? "9B" : d.Hq == 24 ? "27B" : fmt::format("{}/{}", d.Hq, d.Hkv);
+}
+
+// Loads the requested variants, or the prefill with P.V products of family `half` (0: fp32, 1: HFMA2; -1: as
+// requested).
+KernelLoader loader(int64_t half) {
+  return [half](const Variant& v) {
+    Gpu& g = Gpu::get();
+    if (v.kernel != "attn_prefill" || half < 0) return g.load(v);
+    return g.load(make_variant("attn_prefill", {{"d", v.param("d")}, {"g", v.param("g")}, {"h", half}, {"t", v.threads()}}));
+  };
+}
+
+void check_case(const AttentionDims& d, int64_t T, int64_t pos0, float qmul, uint64_t seed) {
+  Gpu& g = Gpu::get();
+  const std::string shape = fmt::format("{} T={} pos0={}{}", dims_name(d), T, pos0, qmul != 1.0f ? " q x8" : "");
+  INFO(shape);
+  const int64_t n = pos0 + T, ctx = n + 64, row = d.Hkv * d.hd, qrow = d.Hq * d.hd;
+  const float scale = 1.0f / std::sqrt((float)d.hd);
+
+  // The cache: n rows of N(0,1) rounded to f16, then NaN rows; the reference reads the f16 values as f32.
+  std::vector<float> kf = randn((size_t)(n * row), seed), vf = randn((size_t)(n * row), seed + 1);
+  std::vector<uint16_t> kc((size_t)(ctx * row), kF16NaN), vc((size_t)(ctx * row), kF16NaN);
+  for (size_t i = 0; i < kf.size(); ++i) {
+    kc[i] = gguf::float_to_fp16(kf[i]);
+    kf[i] = gguf::fp16_to_float(kc[i]);
+    vc[i] = gguf::float_to_fp16(vf[i]);
+    vf[i] = gguf::fp16_to_float(vc[i]);
+  }
+  const std::vector<float> q = randn((size_t)(T * qrow), seed + 2, 0.0f, qmul);
+  const std::vector<float> qg = randn((size_t)(T * 2 * qrow), seed + 3);  // [T][Hq][query | gate]
+  std::vector<float> ref((size_t)(T * qrow));
+  cpu::attention_gated(q.data(), kf.data(), vf.data(), T, pos0, d.Hq, d.Hkv, d.hd, scale, qg.data() + d.hd, 2 * qrow,
+                       2 * d.hd, ref.data());
+
+  DeviceBuffer<float> dq(0, q.size(), "q"), dqg(0, qg.size(), "q|gate");
+  DeviceBuffer<uint16_t> dk(0, kc.size(), "kcache"), dv(0, vc.size(), "vcache");
+  dq.upload(q);
+  dqg.upload(qg);
+  dk.upload(kc);
+  dv.upload(vc);
+  const bool decode = T <= std::max<int64_t>(1, 8 / (d.Hq / d.Hkv));
+
+  auto run = [&](int64_t half, int sms) {
+    const AttentionKernels ak(loader(half), d, ctx, sms);
+    DeviceBuffer<char> ws(0, std::max<size_t>(256, ak.workspace_bytes(T)), "attention workspace");
+    ws.fill_bytes(0xFF);
+    auto out = poisoned_device((size_t)(T * qrow), "attention out");
+    ak.run(dq.data(), dk.data(), dv.data(), T, pos0, scale, dqg.data() + d.hd, 2 * qrow, 2 * d.hd, out.data(),
+           ws.data(), g.stream.get());
+    g.stream.sync("attention " + shape);
+    return out.download();
+  };
+
+  const std::vector<float> y = run(-1, g.info.sms);
+  const std::string op = decode ? "attention (decode)" : "attention (prefill)";
+  const double e = rel_err(y, ref);
+  report(op, shape, "vs cpu::attention_gated", e, 1e-4);
+  CHECK(e <= 1e-4);
+  CHECK(cpu::test::bit_equal(run(-1, g.info.sms), y));  // deterministic
+  const double e1 = rel_err(run(-1, 1), ref);           // other split counts
+  report(op, shape + " sms=1", "vs cpu::attention_gated", e1, 1e-4);
+  CHECK(e1 <= 1e-4);
+  if (!decode) {
+    const double e2 = rel_err(run(1, g.info.sms), ref);
+    report("attention (prefill, HFMA2 P.V)", shape, "vs cpu::attention_gated", e2, 5e-3);
+    CHECK(e2 <= 5e-3);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attention for one token matches cpu::attention_gated up to 40001 positions (tiny, 9B)", "[gpu]") {
+  for (const AttentionDims& d : {kTiny, k9B})
+    for (int64_t pos0 : {0, 1, 100, 4095, 40000}) check_case(d, 1, pos0, 1.0f, 1000 + pos0);
+}
+
+TEST_CASE("attention for 2..512 tokens at positions 0, 37, 1000 matches cpu::attention_gated (tiny, 9B)", "[gpu]") {
+  for (const AttentionDims& d : {kTiny, k9B})
+    for (int64_t T : {2, 7, 64, 100, 512})
+      for (int64_t pos0 : {0, 37, 1000}) check_case(d, T, pos0, 1.0f, 2000 + 7 * T + pos0);
+}
+
+TEST_CASE("attention at 27B dims (6 query heads per KV head) and with a peaked softmax", "[gpu]") {
+  for (const auto& [T, pos0] : std::vector<std::pair<int64_t, int64_t>>{{1, 4095}, {2, 37}, {37, 0}, {100, 1000}})
+    check_case(k27B, T, pos0, 1.0f, 3000 + T + pos0);
+  check_case(k9B, 1, 4095, 8.0f, 4000);
+  check_case(k9B, 64, 1000, 8.0f, 4001);
+}
+
+TEST_CASE("attention, a small set for compute-sanitizer: decode and prefill, one and several splits", "[gpu][short]") {
+  check_case(kTiny, 1, 100, 1.0f, 5000);  // decode, splits + merge
+  check_case(kTiny, 3, 37, 1.0f, 5001);   // decode of 3 tokens (n4)
+  check_case(k9B, 2, 300, 1.0f, 5002);    // decode of 2 tokens (n2)
+  check_case(k9B, 7, 1000, 1.0f, 5003);   // prefill, splits + merge
+  check_case(k9B, 64, 0, 1.0f, 5004);     // prefill, one split
+  check_case(k27B, 7, 37, 1.0f, 5005);    // idle rows
+}
