@@ -7,6 +7,11 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "compiler/compile.h"
+#ifdef QRIG_HAVE_CUDA
+#include <thread>
+
+#include "runtime/cuda/plan_kernels.h"
+#endif
 
 namespace qrig::cli {
 
@@ -22,9 +27,10 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
 }
 
 int cmd_compile(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend"}, {});
+  Args a(argc, argv, 2, {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend"}, {"--no-precompile"});
   if (a.positional().size() != 1)
-    throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] [--backend cpu|cuda]");
+    throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
+                     "[--backend cpu|cuda] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   gguf::File f = gguf::File::open(a.positional()[0]);
@@ -39,6 +45,18 @@ int cmd_compile(int argc, char** argv) {
   fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops) for {} on rig '{}'\n", out, out, plan.graph.ops.size(),
              plan.backend, plan.rig_name);
   for (const auto& n : plan.notes) fmt::print("  {}\n", n);
+  if (plan.backend == "cuda" && !a.has("--no-precompile")) {
+#ifdef QRIG_HAVE_CUDA
+    // NVRTC needs no GPU: the cubins land in the cache the runtime reads, so the first run compiles nothing.
+    cuda::KernelCompiler kc;
+    const auto r = cuda::precompile_plan_kernels(plan, kc, (int)std::max(1u, std::thread::hardware_concurrency()));
+    fmt::print("kernels: {} variants for {} ({} compiled, {} already cached) in {}\n", r.variants, plan.arch_target,
+               r.compiled, r.cached, kc.cache().dir().string());
+    for (const auto& n : r.notes) fmt::print("  {}\n", n);
+#else
+    fmt::print("kernels: not precompiled (this build has no CUDA runtime)\n");
+#endif
+  }
   return 0;
 }
 

@@ -2,6 +2,8 @@
 // logits.<seq>, hidden.<seq>.<i>) and report the worst relative error per sequence and the first layer whose
 // hidden state is off. This is how a user checks that a rig computes correctly.
 #include <algorithm>
+#include <climits>
+#include <memory>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -12,10 +14,49 @@
 #include "cli/commands.h"
 #include "cli/verify.h"
 #include "runtime/cpu/executor.h"
+#ifdef QRIG_HAVE_CUDA
+#include "runtime/cuda/executor.h"
+#endif
 
 namespace qrig::cli {
 
 namespace {
+
+class CpuRunner final : public ModelRunner {
+ public:
+  CpuRunner(const ir::Plan& plan, bool emulate_dp4a) : ex_(plan, runtime::open_plan_model(plan)), seq_(ex_.new_sequence()) {
+    ex_.emulate_dp4a_numerics(emulate_dp4a);
+  }
+  int64_t vocab() const override { return ex_.vocab_rows(); }
+  int64_t max_step_tokens() const override { return INT64_MAX; }
+  void begin_sequence() override { seq_ = ex_.new_sequence(); }
+  std::vector<float> forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& rows,
+                             const runtime::TapFn& tap) override {
+    return ex_.forward(seq_, tokens, rows, tap);
+  }
+
+ private:
+  runtime::CpuExecutor ex_;
+  runtime::CpuSequence seq_;
+};
+
+#ifdef QRIG_HAVE_CUDA
+class CudaRunner final : public ModelRunner {
+ public:
+  explicit CudaRunner(const ir::Plan& plan)
+      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, plan.max_batch_tokens, {}}) {}
+  int64_t vocab() const override { return ex_.vocab_rows(); }
+  int64_t max_step_tokens() const override { return ex_.plan().max_batch_tokens; }
+  void begin_sequence() override { ex_.reset(0); }
+  std::vector<float> forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& rows,
+                             const runtime::TapFn& tap) override {
+    return ex_.step({runtime::StepInput{0, tokens, !rows.empty()}}, {rows}, true, false, tap).logits;
+  }
+
+ private:
+  runtime::CudaExecutor ex_;
+};
+#endif
 
 // Relative error of one position: max |a - r| / max |r| over the row.
 double row_rel_err(const float* a, const float* r, int64_t n) {
@@ -38,7 +79,7 @@ std::vector<float> tensor_f32(const gguf::File& ref, const std::string& name) {
 
 }  // namespace
 
-std::vector<SequenceReport> verify_reference(const runtime::CpuExecutor& ex, const gguf::File& ref, int64_t split) {
+std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& ref, int64_t split) {
   std::vector<SequenceReport> out;
   const auto& seqs = ref.get_string_array("reference.sequences");
   for (const std::string& name : seqs) {
@@ -49,8 +90,8 @@ std::vector<SequenceReport> verify_reference(const runtime::CpuExecutor& ex, con
     std::memcpy(tokens.data(), ref.tensor_data(tt), (size_t)n * 4);
     std::vector<float> logits = tensor_f32(ref, "logits." + name);
     const int64_t vocab = (int64_t)logits.size() / n;
-    if (vocab != ex.vocab_rows())
-      throw gguf::Error(fmt::format("reference vocab {} != model vocab {}", vocab, ex.vocab_rows()));
+    if (vocab != ex.vocab())
+      throw gguf::Error(fmt::format("reference vocab {} != model vocab {}", vocab, ex.vocab()));
     std::map<std::string, std::vector<float>> hidden;
     for (int i = 0;; ++i) {
       std::string hn = fmt::format("hidden.{}.{}", name, i);
@@ -61,12 +102,13 @@ std::vector<SequenceReport> verify_reference(const runtime::CpuExecutor& ex, con
     rep.name = name;
     rep.tokens = n;
     std::map<int, double> layer_err;
-    runtime::CpuSequence seq = ex.new_sequence();
-    // Prefill `first` tokens, then decode the rest one at a time (split <= 0 or >= n: one prefill).
+    ex.begin_sequence();
+    // Prefill `first` tokens (in pieces of at most max_step_tokens), then decode the rest one at a time
+    // (split <= 0 or >= n: one prefill).
     const int64_t first = split > 0 && split < n ? split : n;
     int64_t done = 0;
     while (done < n) {
-      const int64_t T = done == 0 ? first : 1;
+      const int64_t T = done < first ? std::min(first - done, ex.max_step_tokens()) : 1;
       std::vector<int32_t> chunk(tokens.begin() + done, tokens.begin() + done + T);
       std::vector<int32_t> rows((size_t)T);
       for (int64_t t = 0; t < T; ++t) rows[(size_t)t] = (int32_t)t;
@@ -79,7 +121,7 @@ std::vector<SequenceReport> verify_reference(const runtime::CpuExecutor& ex, con
           layer_err[layer] = std::max(layer_err[layer], e);
         }
       };
-      std::vector<float> got = ex.forward(seq, chunk, rows, tap);
+      std::vector<float> got = ex.forward(chunk, rows, tap);
       for (int64_t t = 0; t < T; ++t) {
         double e = row_rel_err(got.data() + t * vocab, logits.data() + (done + t) * vocab, vocab);
         rep.max_rel_err = std::max(rep.max_rel_err, std::isnan(e) ? INFINITY : e);
@@ -97,31 +139,53 @@ std::vector<SequenceReport> verify_reference(const runtime::CpuExecutor& ex, con
 }
 
 int cmd_verify(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split"}, {});
+  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1"}, {"--emulate-dp4a"});
   if (a.positional().size() != 2)
-    throw UsageError("usage: qrig verify MODEL.gguf|PLAN_DIR REF.gguf [--backend cpu|cuda] [--tol X] [--split N]");
-  const double tol = a.get_float("--tol", 1e-4);
+    throw UsageError("usage: qrig verify MODEL.gguf|PLAN_DIR REF.gguf [--rig RIG.toml] [--backend cpu|cuda] [--tol X] "
+                     "[--min-top1 F] [--split N] [--emulate-dp4a]");
   LoadOptions lo;
-  lo.backend = a.get("--backend", "cpu");
+  lo.backend = a.get("--backend", a.has("--rig") ? "" : "cpu");
   lo.rig_path = a.get("--rig");
   lo.max_sequences = 1;
   ir::Plan plan = load_or_compile_plan(a.positional()[0], lo);
-  if (plan.backend != "cpu")
-    throw runtime::RuntimeError(fmt::format("backend '{}' is not available in this build of qrig (CPU only so far)",
-                                            plan.backend));
-  runtime::CpuExecutor ex(plan, runtime::open_plan_model(plan));
+  // The CPU reference runs fp32 throughout: ~5e-6 of the float64 reference, top-1 on every position. The CUDA
+  // dp4a family quantizes every matmul input to int8 per 32 values (as llama.cpp's MMQ/MMVQ do) and keeps the
+  // KV cache in fp16: on tiny-ref that is ~7e-2 of the logit range and ~94% top-1 agreement, the same for the
+  // GPU and for the CPU emulating those numerics (the random tiny model's top-2 logits are often that close).
+  // --emulate-dp4a runs the CPU reference with the GPU family's numerics.
+  const bool emulate = a.has("--emulate-dp4a");
+  if (emulate && plan.backend != "cpu") throw UsageError("--emulate-dp4a is a CPU backend mode");
+  const bool q8 = plan.backend != "cpu" || emulate;
+  const double tol = a.get_float("--tol", q8 ? 1e-1 : 1e-4);
+  const double min_top1 = a.get_float("--min-top1", q8 ? 0.9 : 0.99);
+  std::unique_ptr<ModelRunner> runner;
+  if (plan.backend == "cpu") {
+    runner = std::make_unique<CpuRunner>(plan, emulate);
+  } else {
+#ifdef QRIG_HAVE_CUDA
+    runner = std::make_unique<CudaRunner>(plan);
+#else
+    throw runtime::RuntimeError(fmt::format("backend '{}' is not available in this build of qrig", plan.backend));
+#endif
+  }
   gguf::File ref = gguf::File::open(a.positional()[1]);
-  auto reports = verify_reference(ex, ref, a.get_int("--split", 0));
+  auto reports = verify_reference(*runner, ref, a.get_int("--split", 0));
   double worst = 0;
+  int64_t agree = 0, total = 0;
   for (const auto& r : reports) {
     std::string bad = "none";
     for (const auto& [layer, e] : r.layer_err)
       if (!(e <= tol)) { bad = std::to_string(layer); break; }
-    fmt::print("seq {} max_rel_err {:.3e} first_bad_layer {}\n", r.name, r.max_rel_err, bad);
+    fmt::print("seq {} max_rel_err {:.3e} top1 {}/{} first_bad_layer {}\n", r.name, r.max_rel_err, r.top1_agree,
+               r.tokens, bad);
     worst = std::max(worst, r.max_rel_err);
+    agree += r.top1_agree;
+    total += r.tokens;
   }
-  fmt::print("max_rel_err {:.3e}\n", worst);
-  return worst <= tol ? 0 : 1;
+  const double top1 = total > 0 ? (double)agree / (double)total : 0.0;
+  fmt::print("backend {} max_rel_err {:.3e} (tolerance {:.1e}) top1 {:.4f} ({}/{}, minimum {:.2f})\n", plan.backend,
+             worst, tol, top1, agree, total, min_top1);
+  return worst <= tol && top1 >= min_top1 ? 0 : 1;
 }
 
 }  // namespace qrig::cli

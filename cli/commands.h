@@ -16,6 +16,7 @@ int cmd_run(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_template(int argc, char** argv);
 int cmd_probe(int argc, char** argv);  // cli/cmd_probe.cpp: measure the GPUs and links, write a rig
+int cmd_bench(int argc, char** argv);  // cli/cmd_bench.cpp: llama-bench-style pp/tg table
 
 // The built-in default model (a `qrig synth --preset tiny` model written once to the user's cache
 // directory), used when run/serve get no model.

@@ -21,6 +21,7 @@ const char* kUsage =
     "  serve [MODEL|PLAN] [--port N] [--parallel N]       OpenAI-compatible HTTP server\n"
     "  tokenize MODEL.gguf [--parse-special] < text       print token ids\n"
     "  template MODEL.gguf < request.json                 print the chat prompt of a request\n"
+    "  bench MODEL|PLAN [-p 512,4096] [-n 128] [-d D]     llama-bench-style speed table\n"
     "  probe [-o RIG.toml] [--name NAME]                  measure the GPUs and links, write a rig\n"
     "  synth --preset tiny|9b|27b [--seed N] -o FILE      write a random-weight model\n"
     "A command given wrong arguments prints its own usage.\n";
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (cmd == "template") return qrig::cli::cmd_template(argc, argv);
     if (cmd == "probe") return qrig::cli::cmd_probe(argc, argv);
     if (cmd == "synth") return qrig::cli::cmd_synth(argc, argv);
+    if (cmd == "bench") return qrig::cli::cmd_bench(argc, argv);
     fmt::print(stderr, "qrig: unknown command '{}'\n{}", cmd, kUsage);
     return 2;
   } catch (const qrig::cli::UsageError& e) {

@@ -18,8 +18,20 @@ struct SequenceReport {
   std::map<int, double> layer_err;     // hidden.i: the same metric per layer
 };
 
+// What verification drives: a fresh sequence per reference sequence, then forward calls that return the logits
+// of the given rows (rows x vocab) and report tapped hidden states.
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int64_t vocab() const = 0;
+  virtual int64_t max_step_tokens() const = 0;  // prefills longer than this are split
+  virtual void begin_sequence() = 0;
+  virtual std::vector<float> forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& rows,
+                                     const runtime::TapFn& tap) = 0;
+};
+
 // Runs every sequence of `ref`: one prefill when split <= 0, else a prefill of `split` tokens followed by
 // single-token decode steps.
-std::vector<SequenceReport> verify_reference(const runtime::CpuExecutor& ex, const gguf::File& ref, int64_t split);
+std::vector<SequenceReport> verify_reference(ModelRunner& model, const gguf::File& ref, int64_t split);
 
 }  // namespace qrig::cli

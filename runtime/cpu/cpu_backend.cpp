@@ -3,6 +3,9 @@
 
 #include "runtime/backend.h"
 #include "runtime/cpu/executor.h"
+#ifdef QRIG_HAVE_CUDA
+#include "runtime/cuda/executor.h"
+#endif
 
 namespace qrig::runtime {
 
@@ -89,7 +92,10 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> make_backend(const ir::Plan& plan) {
   if (plan.backend == "cpu") return std::make_unique<CpuBackend>(plan);
-  throw RuntimeError(fmt::format("this build of qrig has no '{}' backend yet (the plan targets {} {}); compile the "
+#ifdef QRIG_HAVE_CUDA
+  if (plan.backend == "cuda") return make_cuda_backend(plan);
+#endif
+  throw RuntimeError(fmt::format("this build of qrig has no '{}' backend (the plan targets {} {}); compile the "
                                  "plan with --backend cpu", plan.backend, plan.backend, plan.arch_target));
 }
 

@@ -185,7 +185,16 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
     } else if (s.kind == "rmsnorm") {
       cpu::rmsnorm(val(s.args[0]), s.vec, T, s.width, (float)op.f("eps"), out);
     } else if (s.kind == "matmul") {
-      cpu::matmul(s.w, val(s.args[0]), rows_out, out);
+      if (emulate_dp4a_) {
+        const int64_t n = rows_out * s.w.in;
+        std::vector<int8_t> q((size_t)n);
+        std::vector<float> d((size_t)(n / 32)), xq((size_t)n);
+        cpu::quantize_q8_activation(val(s.args[0]), n, q.data(), d.data());
+        for (int64_t i = 0; i < n; ++i) xq[(size_t)i] = (float)q[(size_t)i] * d[(size_t)(i / 32)];
+        cpu::matmul(s.w, xq.data(), rows_out, out);
+      } else {
+        cpu::matmul(s.w, val(s.args[0]), rows_out, out);
+      }
     } else if (s.kind == "add") {
       cpu::add(val(s.args[0]), val(s.args[1]), rows_out * s.width, out);
     } else if (s.kind == "swiglu") {
@@ -219,6 +228,9 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
         std::copy(val(s.args[0]) + t * width, val(s.args[0]) + (t + 1) * width, cache + (pos[(size_t)t]) * width);
         std::copy(val(s.args[1]) + t * width, val(s.args[1]) + (t + 1) * width,
                   cache + (ctx + pos[(size_t)t]) * width);
+        if (emulate_dp4a_)
+          for (float* row : {cache + pos[(size_t)t] * width, cache + (ctx + pos[(size_t)t]) * width})
+            for (int64_t j = 0; j < width; ++j) row[j] = gguf::fp16_to_float(gguf::float_to_fp16(row[j]));
       }
     } else if (s.kind == "attention") {
       const float* cache = states[(size_t)s.state].data();

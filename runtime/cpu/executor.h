@@ -43,6 +43,12 @@ class CpuExecutor {
   const ir::Plan& plan() const { return plan_; }
   int64_t vocab_rows() const { return vocab_rows_; }
 
+  // Computes what the CUDA dp4a family computes, on the CPU: every matmul input quantized to int8 per 32
+  // values (cpu::quantize_q8_activation) and keys/values rounded to fp16 as the GPU's KV cache stores them.
+  // The fp32 reference stays the default; this shows how much of a GPU/reference difference is the family's
+  // numerics rather than a kernel (qrig verify --emulate-dp4a).
+  void emulate_dp4a_numerics(bool on) { emulate_dp4a_ = on; }
+
  private:
   struct Step;
   ir::Plan plan_;
@@ -51,6 +57,7 @@ class CpuExecutor {
   std::vector<std::vector<int64_t>> state_shapes_;
   int64_t n_values_ = 0;
   int64_t vocab_rows_ = 0;
+  bool emulate_dp4a_ = false;
  public:
   ~CpuExecutor();
   CpuExecutor(CpuExecutor&&) noexcept;

@@ -1,0 +1,207 @@
+// `qrig bench PLAN|MODEL`: llama-bench's tests on a plan. ppN = prefill N random tokens into an empty sequence
+// (in steps of the plan's max_batch_tokens, the last one producing the next token), tgN = N greedy decode steps
+// of one token; -d D first fills the sequence with D tokens (untimed), so the test runs at depth D. Each test
+// runs once to warm up, then -r times; the table gives mean +- sd of tokens/s over the repetitions, like
+// llama-bench. On CUDA plans the greedy choice is made on the GPU (argmax kernel), so no logits cross the bus;
+// on CPU plans the logits are read and argmaxed on the host.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "runtime/backend.h"
+#include "runtime/cpu/executor.h"
+#ifdef QRIG_HAVE_CUDA
+#include "runtime/cuda/executor.h"
+#endif
+
+namespace qrig::cli {
+
+namespace {
+
+// One sequence (slot 0) that can prefill and decode greedily.
+class BenchModel {
+ public:
+  virtual ~BenchModel() = default;
+  virtual void reset() = 0;
+  // Runs the tokens (already split to fit a step); returns the greedy next token when `last`.
+  virtual int32_t run(const std::vector<int32_t>& tokens, bool last) = 0;
+  virtual int64_t max_step() const = 0;
+  virtual std::string backend() const = 0;
+};
+
+class BackendModel final : public BenchModel {
+ public:
+  explicit BackendModel(const ir::Plan& plan) : b_(runtime::make_backend(plan)), max_(plan.max_batch_tokens) {}
+  void reset() override { b_->reset(0); }
+  int32_t run(const std::vector<int32_t>& tokens, bool last) override {
+    auto out = b_->step({runtime::StepInput{0, tokens, last}});
+    if (!last) return -1;
+    const auto& l = out[0];
+    return (int32_t)(std::max_element(l.begin(), l.end()) - l.begin());
+  }
+  int64_t max_step() const override { return std::max<int64_t>(1, max_); }
+  std::string backend() const override { return b_->plan().backend; }
+
+ private:
+  std::unique_ptr<runtime::Backend> b_;
+  int64_t max_;
+};
+
+#ifdef QRIG_HAVE_CUDA
+class CudaModel final : public BenchModel {
+ public:
+  explicit CudaModel(const ir::Plan& plan) : ex_(plan, runtime::open_plan_model(plan)) {}
+  void reset() override { ex_.reset(0); }
+  int32_t run(const std::vector<int32_t>& tokens, bool last) override {
+    std::vector<std::vector<int32_t>> rows(1);
+    if (last) rows[0].push_back((int32_t)tokens.size() - 1);
+    auto o = ex_.step({runtime::StepInput{0, tokens, last}}, rows, false, last);
+    return last ? o.argmax.at(0) : -1;
+  }
+  int64_t max_step() const override { return std::max<int64_t>(1, ex_.plan().max_batch_tokens); }
+  std::string backend() const override { return "CUDA " + ex_.device_name(); }
+  runtime::CudaExecutor& ex() { return ex_; }
+
+ private:
+  runtime::CudaExecutor ex_;
+};
+#endif
+
+struct Test {
+  std::string name;
+  int64_t n_prompt = 0, n_gen = 0, depth = 0;
+  std::vector<double> tps;
+};
+
+// Prefill `n` tokens in steps; returns the greedy next token.
+int32_t prefill(BenchModel& m, const std::vector<int32_t>& toks) {
+  int32_t next = -1;
+  for (size_t i = 0; i < toks.size();) {
+    const size_t n = std::min<size_t>((size_t)m.max_step(), toks.size() - i);
+    next = m.run(std::vector<int32_t>(toks.begin() + (ptrdiff_t)i, toks.begin() + (ptrdiff_t)(i + n)), i + n == toks.size());
+    i += n;
+  }
+  return next;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / (double)v.size();
+}
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / (double)(v.size() - 1));
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Args a(argc, argv, 2, {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed"}, {});
+  if (a.positional().size() != 1)
+    throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
+                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N]");
+  const auto pps = a.get_int_list("-p", {512});
+  const auto tgs = a.get_int_list("-n", {128});
+  const auto depths = a.get_int_list("-d", {0});
+  const int reps = (int)a.get_int("-r", 3);
+  if (reps < 1) throw UsageError("-r must be at least 1");
+  LoadOptions lo;
+  lo.rig_path = a.get("--rig");
+  lo.backend = a.get("--backend");
+  lo.max_sequences = 1;
+  int64_t need = 0;
+  for (long long d : depths)
+    for (long long p : pps) need = std::max<int64_t>(need, d + p + 1);
+  for (long long d : depths)
+    for (long long n : tgs) need = std::max<int64_t>(need, d + n + 1);
+  lo.context_length = a.get_int("--ctx", need);
+  const std::string path = a.positional()[0];
+  ir::Plan plan = load_or_compile_plan(path, lo);
+  if (plan.context_length < need)
+    throw runtime::RuntimeError(fmt::format("the plan allows {} tokens per sequence; these tests need {} (compile it "
+                                            "with --ctx {})", plan.context_length, need, need));
+  std::unique_ptr<BenchModel> model;
+#ifdef QRIG_HAVE_CUDA
+  if (plan.backend == "cuda") model = std::make_unique<CudaModel>(plan);
+#endif
+  if (!model) model = std::make_unique<BackendModel>(plan);
+
+  std::mt19937 rng((uint32_t)a.get_int("--seed", 1));
+  const int64_t vocab = std::max<int64_t>(2, plan.vocab_real);
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t((size_t)n);
+    for (auto& x : t) x = (int32_t)(rng() % (uint64_t)vocab);
+    return t;
+  };
+  using clock = std::chrono::steady_clock;
+  std::vector<Test> tests;
+  for (long long d : depths) {
+    for (long long p : pps) {
+      if (p <= 0) continue;
+      Test t{fmt::format("pp{}{}", p, d ? fmt::format(" @ d{}", d) : ""), p, 0, d, {}};
+      for (int r = 0; r <= reps; ++r) {
+        model->reset();
+        if (d > 0) prefill(*model, random_tokens(d));
+        const auto toks = random_tokens(p);
+        const auto t0 = clock::now();
+        prefill(*model, toks);
+        const double s = std::chrono::duration<double>(clock::now() - t0).count();
+        if (r > 0) t.tps.push_back((double)p / s);  // the first run warms up
+      }
+      tests.push_back(t);
+    }
+    for (long long n : tgs) {
+      if (n <= 0) continue;
+      Test t{fmt::format("tg{}{}", n, d ? fmt::format(" @ d{}", d) : ""), 0, n, d, {}};
+      for (int r = 0; r <= reps; ++r) {
+        model->reset();
+        int32_t next = prefill(*model, random_tokens(std::max<long long>(d, 1)));
+        const auto t0 = clock::now();
+        for (long long i = 0; i < n; ++i) next = model->run({next}, true);
+        const double s = std::chrono::duration<double>(clock::now() - t0).count();
+        if (r > 0) t.tps.push_back((double)n / s);
+      }
+      tests.push_back(t);
+    }
+  }
+
+  int64_t bytes = 0, params = 0;
+  {
+    gguf::File f = gguf::File::open(plan.model_path);
+    for (const auto& t : f.tensors()) {
+      bytes += (int64_t)t.n_bytes;
+      params += (int64_t)t.n_elements;
+    }
+  }
+  const std::string model_name = plan.model_name.empty() ? plan.arch : plan.model_name;
+  fmt::print("| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | ---: | ---: |\n");
+  for (const auto& t : tests)
+    fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | {} | {:.2f} ± {:.2f} |\n", model_name, (double)bytes / (1 << 30),
+               (double)params / 1e9, model->backend(), t.name, mean(t.tps), stddev(t.tps));
+  if (a.has("--json")) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& t : tests)
+      j.push_back({{"model", model_name}, {"model_path", plan.model_path}, {"backend", model->backend()},
+                   {"arch_target", plan.arch_target}, {"test", t.name}, {"n_prompt", t.n_prompt}, {"n_gen", t.n_gen},
+                   {"n_depth", t.depth}, {"avg_ts", mean(t.tps)}, {"stddev_ts", stddev(t.tps)}, {"samples_ts", t.tps},
+                   {"max_batch_tokens", plan.max_batch_tokens}});
+    std::ofstream out(a.get("--json"));
+    out << j.dump(2) << "\n";
+    if (!out) throw runtime::RuntimeError("cannot write " + a.get("--json"));
+  }
+  return 0;
+}
+
+}  // namespace qrig::cli

@@ -1,0 +1,229 @@
+// The running half of the CUDA executor (executor.h): one step = every op of the graph over the rows of all
+// sequences in the batch, per-sequence ops on each sequence's rows; snapshots of recurrent state.
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "runtime/cuda/executor_impl.h"
+
+namespace qrig::runtime {
+
+CudaExecutor::CudaExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const CudaOptions& opt)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->plan = plan;
+  impl_->file = std::move(file);
+  impl_->opt = opt;
+  try {
+    impl_->bind();
+  } catch (const cuda::KernelError& e) {
+    throw RuntimeError(std::string("CUDA kernels: ") + e.what());
+  } catch (const cuda::CudaError& e) {
+    throw RuntimeError(std::string("CUDA: ") + e.what());
+  }
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+const ir::Plan& CudaExecutor::plan() const { return impl_->plan; }
+int CudaExecutor::slots() const { return (int)impl_->slots.size(); }
+int64_t CudaExecutor::vocab_rows() const { return impl_->vocab_rows; }
+int64_t CudaExecutor::position(int slot) const { return impl_->slot(slot).n_past; }
+std::string CudaExecutor::device_name() const { return impl_->info.name; }
+int64_t CudaExecutor::device_bytes() const {
+  const Impl& m = *impl_;
+  return m.weight_bytes + (int64_t)m.arena.bytes() + m.state_bytes * (int64_t)m.slots.size() +
+         (int64_t)(m.xq.bytes() + m.xd.bytes() + m.workspace.bytes());
+}
+
+void CudaExecutor::synchronize() const { impl_->stream->sync("CUDA executor"); }
+
+void CudaExecutor::reset(int slot) {
+  Impl& m = *impl_;
+  Slot& s = m.slot(slot);
+  cuda::DeviceGuard guard(m.opt.device);
+  cuda::fill_device_bytes_async(s.rec.data(), 0, s.rec.bytes(), m.stream->get(), "reset of slot states");
+  s.n_past = 0;  // KV entries at positions >= n_past are never read before being written again
+}
+
+StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::vector<std::vector<int32_t>>& rows,
+                              bool want_logits, bool want_argmax, const TapFn& tap) {
+  Impl& m = *impl_;
+  if (batch.empty()) throw RuntimeError("a step needs at least one input");
+  if (rows.size() != batch.size()) throw RuntimeError("step: one list of output rows per input");
+  // Validate everything before any state changes.
+  std::set<int> seen;
+  std::vector<int32_t> tok, pos, out_rows;
+  std::vector<int64_t> offset;
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const StepInput& in = batch[k];
+    const Slot& s = m.slot(in.slot);
+    if (!seen.insert(in.slot).second) throw RuntimeError(fmt::format("slot {} appears twice in one step", in.slot));
+    if (in.tokens.empty()) throw RuntimeError("step input with no tokens");
+    if (s.n_past + (int64_t)in.tokens.size() > m.plan.context_length)
+      throw RuntimeError(fmt::format("context overflow in slot {}: {} tokens + {} new > context length {}", in.slot,
+                                     s.n_past, in.tokens.size(), m.plan.context_length));
+    for (int32_t t : in.tokens)
+      if (t < 0 || t >= m.vocab_rows) throw RuntimeError(fmt::format("token id {} is out of range [0, {})", t, m.vocab_rows));
+    for (int32_t r : rows[k]) {
+      if (r < 0 || r >= (int32_t)in.tokens.size())
+        throw RuntimeError(fmt::format("output row {} is out of range [0, {})", r, in.tokens.size()));
+      out_rows.push_back((int32_t)tok.size() + r);
+    }
+    offset.push_back((int64_t)tok.size());
+    for (size_t i = 0; i < in.tokens.size(); ++i) {
+      tok.push_back(in.tokens[i]);
+      pos.push_back((int32_t)(s.n_past + (int64_t)i));
+    }
+  }
+  const int64_t T = (int64_t)tok.size(), R = (int64_t)out_rows.size();
+  if (T > m.max_t)
+    throw RuntimeError(fmt::format("a step of {} tokens exceeds the plan's max_batch_tokens {}", T, m.max_t));
+  if (R > m.max_r) throw RuntimeError(fmt::format("a step asking for {} output rows exceeds {}", R, m.max_r));
+  if ((want_logits || want_argmax) && R == 0) throw RuntimeError("step asks for outputs but names no rows");
+
+  cuda::DeviceGuard guard(m.opt.device);
+  const cudaStream_t st = m.stream->get();
+  cuda::copy_to_device_async(m.tokens_dev.data(), tok.data(), (size_t)T * 4, st, "step tokens");
+  cuda::copy_to_device_async(m.pos_dev.data(), pos.data(), (size_t)T * 4, st, "step positions");
+  if (R > 0) cuda::copy_to_device_async(m.rows_dev.data(), out_rows.data(), (size_t)R * 4, st, "step rows");
+
+  int quantized = -1;  // the value whose int8 form is in xq/xd
+  auto val = [&](int id) { return m.values[(size_t)id]; };
+  auto width = [&](int id) { return m.value_width[(size_t)id]; };
+  try {
+    for (const CudaStep& s : m.steps) {
+      const int64_t n = s.rows_result ? R : T;
+      if (n == 0) continue;
+      float* out = s.result >= 0 ? val(s.result) : nullptr;
+      switch (s.kind) {
+        case OpKind::embed:
+          cuda::launch_embed_q8_0(*s.kernel, s.w, m.tokens_dev.data(), T, out, st);
+          break;
+        case OpKind::rmsnorm:
+          cuda::launch_rmsnorm_f32(*s.kernel, val(s.args[0]), s.vec, out, n, s.eps, st);
+          break;
+        case OpKind::matmul:
+          if (n == 1 && s.group >= 0 && !s.group_head) break;  // its group's head computed it
+          if (quantized != s.args[0]) {
+            cuda::launch_quant_act_q8(*m.quant, val(s.args[0]), m.xq.data(), m.xd.data(), n * s.in_width, st);
+            quantized = s.args[0];
+          }
+          if (n == 1 && s.group >= 0) {  // one GEMV over the stacked weights of the whole group
+            const MatmulGroup& grp = m.groups[(size_t)s.group];
+            float* ys[4] = {nullptr, nullptr, nullptr, nullptr};
+            int64_t rows_of[4] = {0, 0, 0, 0};
+            for (size_t i = 0; i < grp.members.size(); ++i) {
+              const CudaStep& mem = m.steps[(size_t)grp.members[i]];
+              ys[i] = val(mem.result);
+              rows_of[i] = mem.width;
+            }
+            cuda::launch_gemv_q8_0_split(*grp.gemv, grp.merged, m.xq.data(), m.xd.data(), ys, rows_of, st);
+          } else {
+            s.mm->run(s.w, m.xq.data(), m.xd.data(), n, out, st);
+          }
+          break;
+        case OpKind::add:
+          cuda::launch_add_f32(*s.kernel, val(s.args[0]), val(s.args[1]), out, n * s.width, st);
+          break;
+        case OpKind::swiglu:
+          cuda::launch_swiglu_f32(*s.kernel, val(s.args[0]), val(s.args[1]), out, n * s.width, st);
+          break;
+        case OpKind::gated_rmsnorm:
+          cuda::launch_gated_rmsnorm_f32(*s.kernel, val(s.args[0]), val(s.args[1]), s.vec, n, s.heads, s.eps, out, st);
+          break;
+        case OpKind::head_rmsnorm:
+          cuda::launch_head_rmsnorm_f32(*s.kernel, val(s.args[0]), s.row_stride, s.head_stride, s.head_offset, s.vec, n,
+                                        s.heads, s.eps, out, st);
+          break;
+        case OpKind::rope:
+          cuda::launch_rope_neox_f32(*s.kernel, val(s.args[0]), out, m.pos_dev.data(), n, s.heads, s.inv_freq, st);
+          break;
+        case OpKind::gather_rows:
+          for (int64_t r = 0; r < R; ++r)
+            cuda::copy_on_device(out + r * s.width, val(s.args[0]) + (int64_t)out_rows[(size_t)r] * s.width,
+                                 (size_t)s.width * 4, st, "gather of output rows");
+          break;
+        case OpKind::conv1d_silu:
+        case OpKind::gdn:
+        case OpKind::kv_write:
+        case OpKind::attention:
+          for (size_t k = 0; k < batch.size(); ++k) {
+            Slot& sl = m.slot(batch[k].slot);
+            const StateLayout& L = m.state_layout[(size_t)s.state];
+            const int64_t off = offset[k], nt = (int64_t)batch[k].tokens.size();
+            auto in = [&](size_t a) { return val(s.args[a]) + off * width(s.args[a]); };
+            if (s.kind == OpKind::conv1d_silu) {
+              cuda::launch_conv1d_silu_f32(*s.kernel, in(0), nt, s.width, s.vec, sl.rec.data() + L.offset,
+                                           out + off * s.width, st);
+            } else if (s.kind == OpKind::gdn) {
+              s.gdn->run(in(0), in(1), in(2), s.vec, s.vec2, nt, sl.rec.data() + L.offset, out + off * s.width,
+                         nt < s.recurrent_below, m.workspace.data(), st);
+            } else if (s.kind == OpKind::kv_write) {
+              uint16_t* kc = sl.kv[(size_t)L.kv_index].data();
+              cuda::launch_kv_write_f16(*s.kernel, in(0), in(1), kc, kc + m.plan.context_length * L.width, sl.n_past, nt,
+                                        L.width, st);
+            } else {
+              const uint16_t* kc = sl.kv[(size_t)L.kv_index].data();
+              s.att->run(in(0), kc, kc + m.plan.context_length * L.width, nt, sl.n_past, s.scale,
+                         in(1) + s.gate_offset, s.gate_row_stride, s.gate_head_stride, out + off * s.width,
+                         m.workspace.data(), st);
+            }
+          }
+          break;
+      }
+      if (tap && !s.tap.empty()) {
+        std::vector<float> host((size_t)(n * s.width));
+        cuda::copy_to_host_async(host.data(), out, host.size() * 4, st, "tap " + s.tap);
+        m.stream->sync("tap " + s.tap);
+        tap(s.tap, host.data(), n, s.width);
+      }
+    }
+    StepOutput result;
+    const float* logits = val(m.steps.back().result);
+    if (want_argmax) {
+      const int64_t valid = m.plan.vocab_real > 0 ? std::min(m.plan.vocab_real, m.vocab_rows) : m.vocab_rows;
+      cuda::launch_argmax_f32(*m.argmax, logits, R, m.vocab_rows, valid, m.argmax_dev.data(), st);
+      result.argmax.resize((size_t)R);
+      cuda::copy_to_host_async(result.argmax.data(), m.argmax_dev.data(), (size_t)R * 4, st, "argmax");
+    }
+    if (want_logits) {
+      result.logits.resize((size_t)(R * m.vocab_rows));
+      cuda::copy_to_host_async(result.logits.data(), logits, result.logits.size() * 4, st, "logits");
+    }
+    if (want_logits || want_argmax) m.stream->sync("step");
+    for (size_t k = 0; k < batch.size(); ++k) m.slot(batch[k].slot).n_past += (int64_t)batch[k].tokens.size();
+    return result;
+  } catch (const cuda::KernelError& e) {
+    throw RuntimeError(std::string("CUDA step: ") + e.what());
+  } catch (const cuda::CudaError& e) {
+    throw RuntimeError(std::string("CUDA step: ") + e.what());
+  }
+}
+
+std::shared_ptr<Snapshot> CudaExecutor::save(int slot) const {
+  const Impl& m = *impl_;
+  const Slot& s = const_cast<Impl&>(m).slot(slot);
+  cuda::DeviceGuard guard(m.opt.device);
+  auto snap = std::make_shared<CudaSnapshot>();
+  snap->device = m.opt.device;
+  snap->position = s.n_past;
+  snap->rec = cuda::DeviceBuffer<float>(m.opt.device, s.rec.size(), fmt::format("snapshot of slot {}", slot));
+  cuda::copy_on_device(snap->rec.data(), s.rec.data(), s.rec.bytes(), m.stream->get(), "snapshot");
+  m.stream->sync("snapshot");
+  return snap;
+}
+
+void CudaExecutor::restore(int slot, const Snapshot& snap) {
+  Impl& m = *impl_;
+  const auto* cs = dynamic_cast<const CudaSnapshot*>(&snap);
+  Slot& s = m.slot(slot);
+  if (!cs || cs->rec.size() != s.rec.size()) throw RuntimeError("snapshot of another backend");
+  cuda::DeviceGuard guard(m.opt.device);
+  cuda::copy_on_device(s.rec.data(), cs->rec.data(), s.rec.bytes(), m.stream->get(), "restore");
+  s.n_past = cs->position;
+}
+
+int64_t CudaExecutor::snapshot_bytes() const { return impl_->rec_floats * 4; }
+
+}  // namespace qrig::runtime

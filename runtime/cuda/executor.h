@@ -1,0 +1,76 @@
+// The CUDA executor: runs a CUDA plan's graph on one GPU. Everything is bound once, at load: weights uploaded
+// (Q8_0 matrices repacked for aligned 16-byte loads, norm vectors as f32), every kernel variant compiled or
+// read from the cubin cache and loaded (after which compiling is forbidden), every activation given a fixed
+// place in one device arena by a liveness pass over the graph (a static memory plan: two values share bytes
+// only when their lifetimes do not overlap), per-slot state (conv windows, GDN states in f32, fp16 KV caches)
+// allocated for the plan's context length.
+//
+// A step runs several sequences at once: their new tokens are concatenated into one batch of rows, so the
+// matmuls, norms and residual adds run once over all rows (a decode step of B sequences reads every weight
+// once), while the ops that touch a sequence's own state (conv, GDN, KV append, attention) run per sequence
+// on its rows. Matmul inputs are quantized to int8 once per value and shared by every matmul that reads it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "ir/plan.h"
+#include "runtime/backend.h"
+#include "runtime/cpu/executor.h"  // RuntimeError, TapFn
+
+namespace qrig::runtime {
+
+struct CudaOptions {
+  int device = 0;
+  int64_t max_logit_rows = 0;  // rows of logits one step may return; 0: the plan's max_sequences
+  std::string cache_dir;       // cubin cache; empty: the default (~/.cache/qrig/kernels)
+};
+
+// What a step hands back: logits (rows x vocab_rows, host) and/or the greedy choice per row.
+struct StepOutput {
+  std::vector<float> logits;   // empty unless asked for
+  std::vector<int32_t> argmax; // empty unless asked for
+};
+
+class CudaExecutor {
+ public:
+  CudaExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const CudaOptions& opt = {});
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  const ir::Plan& plan() const;
+  int slots() const;
+  int64_t vocab_rows() const;
+  int64_t position(int slot) const;
+  void reset(int slot);
+  std::string device_name() const;
+  int64_t device_bytes() const;  // weights + arena + states + workspaces allocated
+
+  // Runs every input's tokens (appended at its slot's position). rows[k] lists the rows of input k (indices
+  // into its tokens) whose output is wanted, in order; all of them together at most max_logit_rows.
+  // want_logits / want_argmax pick what comes back for those rows. Validates everything before any state
+  // changes (RuntimeError). tap: called for ops carrying a tap attribute (slow: synchronises per tap).
+  StepOutput step(const std::vector<StepInput>& batch, const std::vector<std::vector<int32_t>>& rows,
+                  bool want_logits, bool want_argmax, const TapFn& tap = nullptr);
+
+  // Recurrent state (conv + GDN; KV caches are append-only by position) of a slot, copied on the device.
+  std::shared_ptr<Snapshot> save(int slot) const;
+  void restore(int slot, const Snapshot& snap);
+  int64_t snapshot_bytes() const;
+
+  // Waits for everything queued (for timing).
+  void synchronize() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A Backend over the CUDA executor (what the engine and server drive).
+std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan);
+
+}  // namespace qrig::runtime
