@@ -10,17 +10,50 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
 #include <string>
 
 #include "cli/synth.h"
 #include "compiler/compile.h"
 #include "gguf/gguf.h"
 #include "ir/plan.h"
+#include "runtime/cuda/nvrtc.h"
 
 namespace qrig::cuda::test {
 
 const std::string kFixtures = std::string(QRIG_SHARED_DIR) + "/fixtures/";
 const std::string kRigs = std::string(QRIG_SOURCE_DIR) + "/rigs/";
+
+// One variant to compile for one feature-set architecture.
+struct CompileJob {
+  Variant variant;
+  int sm = 0;
+};
+
+// Compiles every job on two threads (NVRTC is thread-safe; CI machines have two cores). A job that fails leaves
+// an empty CompiledKernel and a line "<variant> for sm_<N>: <error>" in `errors`.
+inline std::vector<CompiledKernel> compile_all(KernelCompiler& c, const std::vector<CompileJob>& jobs,
+                                               std::vector<std::string>& errors) {
+  std::vector<CompiledKernel> out(jobs.size());
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < jobs.size();) {
+      try {
+        out[i] = c.get(jobs[i].variant, jobs[i].sm);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        errors.push_back(jobs[i].variant.name + " for sm_" + std::to_string(jobs[i].sm) + ": " + e.what());
+      }
+    }
+  };
+  std::thread t(work);
+  work();
+  t.join();
+  return out;
+}
 
 // A fresh directory under the system temp dir, removed with everything in it at scope exit.
 struct ScratchDir {

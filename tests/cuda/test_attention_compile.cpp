@@ -8,11 +8,8 @@
 // anything reaches a GPU).
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <cmath>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -47,33 +44,14 @@ TEST_CASE("attention variants compile for sm_75 and sm_90 without spills; the sm
     }
   // tiny: decode n1, n4; 9B: decode n1, n2; 27B: decode n1; prefill h0 for g2, g4, g6 (+ h1 for g4); merge.
   REQUIRE(all.size() == 10);
-  struct Job {
-    Variant v;
-    int sm;
-  };
-  std::vector<Job> jobs;
+  std::vector<test::CompileJob> jobs;
   for (const auto& [name, v] : all)
     for (int sm : {70, 90}) jobs.push_back({v, sm});
 
   test::ScratchDir dir("attention-compile");
   KernelCompiler compiler(dir.path);
-  std::vector<CompiledKernel> out(jobs.size());
   std::vector<std::string> errors;
-  std::mutex mu;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < jobs.size();) {
-      try {
-        out[i] = compiler.get(jobs[i].v, jobs[i].sm);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(fmt::format("{} for sm_{}: {}", jobs[i].v.name, jobs[i].sm, e.what()));
-      }
-    }
-  };
-  std::thread t(work);
-  work();
-  t.join();
+  const std::vector<CompiledKernel> out = test::compile_all(compiler, jobs, errors);
   for (const auto& e : errors) FAIL_CHECK(e);
 
   for (size_t i = 0; i < jobs.size(); ++i) {

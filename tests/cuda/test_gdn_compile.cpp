@@ -5,10 +5,7 @@
 // errors, workspace size, and run()'s argument checks (which throw before anything reaches a GPU).
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -33,33 +30,14 @@ TEST_CASE("gdn variants compile for sm_75 and sm_90 without spills; the sm_70 fe
     for (const Variant& v : gdn_variants(d, 64)) all.emplace(v.name, v);
   // Head dims 128 give one set whatever the head counts (they are launch arguments): 3 variants, + 3 odd.
   REQUIRE(all.size() == 6);
-  struct Job {
-    Variant v;
-    int sm;
-  };
-  std::vector<Job> jobs;
+  std::vector<test::CompileJob> jobs;
   for (const auto& [name, v] : all)
     for (int sm : {70, 75, 90}) jobs.push_back({v, sm});
 
   test::ScratchDir dir("gdn-compile");
   KernelCompiler compiler(dir.path);
-  std::vector<CompiledKernel> out(jobs.size());
   std::vector<std::string> errors;
-  std::mutex mu;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < jobs.size();) {
-      try {
-        out[i] = compiler.get(jobs[i].v, jobs[i].sm);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(fmt::format("{} for sm_{}: {}", jobs[i].v.name, jobs[i].sm, e.what()));
-      }
-    }
-  };
-  std::thread t(work);
-  work();
-  t.join();
+  const std::vector<CompiledKernel> out = test::compile_all(compiler, jobs, errors);
   for (const auto& e : errors) FAIL_CHECK(e);
 
   for (size_t i = 0; i < jobs.size(); ++i) {

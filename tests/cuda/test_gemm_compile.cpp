@@ -5,10 +5,7 @@
 // itself: every T maps to one listed variant, T = 1 to the decode GEMV, small T to the skinny kernel.
 #include <catch2/catch.hpp>
 
-#include <atomic>
-#include <mutex>
 #include <set>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -95,32 +92,13 @@ TEST_CASE("every GEMM variant of the 9B/27B shapes compiles for sm_75 and sm_90 
           "[cuda][gemm]") {
   const std::vector<Variant> variants = all_gemm_variants();
   REQUIRE(variants.size() >= 4);
-  struct Job {
-    const Variant* v;
-    int sm;
-  };
-  std::vector<Job> jobs;
+  std::vector<test::CompileJob> jobs;
   for (const Variant& v : variants)
-    for (int sm : {70, 75, 90}) jobs.push_back({&v, sm});
+    for (int sm : {70, 75, 90}) jobs.push_back({v, sm});
   test::ScratchDir dir("gemm-compile");
   KernelCompiler compiler(dir.path);
-  std::vector<CompiledKernel> out(jobs.size());
   std::vector<std::string> errors;
-  std::mutex mu;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < jobs.size();) {
-      try {
-        out[i] = compiler.get(*jobs[i].v, jobs[i].sm);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(fmt::format("{} for sm_{}: {}", jobs[i].v->name, jobs[i].sm, e.what()));
-      }
-    }
-  };
-  std::thread helper(work);
-  work();
-  helper.join();
+  const std::vector<CompiledKernel> out = test::compile_all(compiler, jobs, errors);
   for (const auto& e : errors) FAIL_CHECK(e);
 
   for (size_t i = 0; i < jobs.size(); ++i) {

@@ -5,11 +5,8 @@
 // arch, and the PTX of every kernel of the CMP plans holds no instruction newer than sm_70.
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <map>
-#include <mutex>
 #include <set>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -27,30 +24,12 @@ const std::vector<std::string> kModels = {"tiny", "9b", "27b"};
 const std::vector<std::string> kRigNames = {"h200", "cmp-100-210-x4"};
 const std::vector<int> kCiArchs = {75, 80, 86, 89, 90};
 
-struct Job {
-  Variant variant;
-  int feature_sm;
-};
+using Job = test::CompileJob;
 
-// Compiles every job on two threads (NVRTC is thread-safe; this machine has two cores).
+// Compiles every job; a failure fails the test case.
 std::vector<CompiledKernel> compile_all(KernelCompiler& c, const std::vector<Job>& jobs) {
-  std::vector<CompiledKernel> out(jobs.size());
   std::vector<std::string> errors;
-  std::mutex mu;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < jobs.size();) {
-      try {
-        out[i] = c.get(jobs[i].variant, jobs[i].feature_sm);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(fmt::format("{} for sm_{}: {}", jobs[i].variant.name, jobs[i].feature_sm, e.what()));
-      }
-    }
-  };
-  std::thread t(work);
-  work();
-  t.join();
+  auto out = test::compile_all(c, jobs, errors);
   for (const auto& e : errors) FAIL_CHECK(e);
   return out;
 }
@@ -90,7 +69,7 @@ TEST_CASE("every variant of the preset plans compiles for every CI arch; the CMP
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompiledKernel& k = kernels[i];
     if (k.cubin.empty()) continue;  // reported by compile_all
-    INFO(k.variant.name << " for sm_" << jobs[i].feature_sm << " (code sm_" << k.arch.target_sm << ")");
+    INFO(k.variant.name << " for sm_" << jobs[i].sm << " (code sm_" << k.arch.target_sm << ")");
     const auto entries = ptx_entries(k.ptx);
     REQUIRE(entries.size() == 1);
     CHECK(entries[0].name == k.variant.kernel);
@@ -103,9 +82,9 @@ TEST_CASE("every variant of the preset plans compiles for every CI arch; the CMP
     for (const auto& f : scan_ptx_newer_than_sm70(k.ptx)) {
       INFO("line " << f.line << ": " << f.instruction << " (" << f.why << ")");
       CHECK(f.why.find("tensor-core") == std::string::npos);  // never in the default family, on any arch
-      CHECK(jobs[i].feature_sm != cmp_sm);                      // nothing newer than sm_70 in the CMP plans
+      CHECK(jobs[i].sm != cmp_sm);                      // nothing newer than sm_70 in the CMP plans
     }
-    if (jobs[i].feature_sm == cmp_sm) {
+    if (jobs[i].sm == cmp_sm) {
       ++cmp_scanned;
       CHECK(k.arch.target_sm == choose_arch(70).target_sm);
     }
