@@ -23,14 +23,16 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.context_length = opt.context_length;
   co.max_sequences = opt.max_sequences;
   co.force_backend = opt.backend;
+  co.max_gpus = 1;  // the runtime runs single-GPU plans (the layer pipeline over several GPUs is not built yet)
   return compiler::compile(f, rig, co);
 }
 
 int cmd_compile(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend"}, {"--no-precompile"});
+  Args a(argc, argv, 2, {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus"},
+         {"--no-precompile"});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
-                     "[--backend cpu|cuda] [--no-precompile]");
+                     "[--backend cpu|cuda] [--gpus N] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   gguf::File f = gguf::File::open(a.positional()[0]);
@@ -40,6 +42,8 @@ int cmd_compile(int argc, char** argv) {
   co.max_sequences = a.get_int("--parallel", 4);
   co.max_batch_tokens = a.get_int("--batch", 512);
   co.force_backend = a.get("--backend");
+  co.max_gpus = a.get_int("--gpus", 0);
+  if (co.max_gpus < 0) throw UsageError("--gpus must be positive");
   ir::Plan plan = compiler::compile(f, rig, co);
   plan.write(out);
   fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops) for {} on rig '{}'\n", out, out, plan.graph.ops.size(),

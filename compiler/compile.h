@@ -15,6 +15,7 @@ struct CompileOptions {
   int64_t max_sequences = 4;     // sequence slots (server --parallel)
   int64_t max_batch_tokens = 512;  // tokens per forward call (prefill chunk)
   std::string force_backend;     // "" (from the rig), "cpu"
+  int64_t max_gpus = 0;          // use at most this many of the rig's GPUs (0: all of them)
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.

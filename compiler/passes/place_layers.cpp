@@ -22,6 +22,9 @@ void place_layers(CompileContext& cx) {
   for (size_t k = 0; k < cx.rig.devices.size(); ++k)
     if (cx.rig.devices[k].kind == "cuda") { gpus.push_back((int)k); total += cx.rig.devices[k].memory_gib; }
   if ((int64_t)gpus.size() > n) gpus.resize((size_t)n);
+  if (cx.options.max_gpus > 0 && (int64_t)gpus.size() > cx.options.max_gpus) gpus.resize((size_t)cx.options.max_gpus);
+  total = 0;
+  for (int g : gpus) total += cx.rig.devices[(size_t)g].memory_gib;
   int64_t first = 0;
   double acc = 0;
   for (size_t g = 0; g < gpus.size(); ++g) {
@@ -34,7 +37,8 @@ void place_layers(CompileContext& cx) {
   }
   std::string s = "placement:";
   for (const auto& pl : p.placement) s += fmt::format(" {} layers {}-{};", pl.device, pl.first_layer, pl.last_layer);
-  p.notes.push_back(s + " (by device memory)");
+  p.notes.push_back(s + " (by device memory)" +
+                    (cx.options.max_gpus > 0 ? fmt::format("; at most {} GPU(s) by request", cx.options.max_gpus) : ""));
 }
 
 }  // namespace qrig::compiler::passes

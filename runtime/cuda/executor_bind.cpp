@@ -51,8 +51,8 @@ void CudaExecutor::Impl::bind() {
     throw RuntimeError(fmt::format("plan kernel family '{}' has no CUDA kernels (only dp4a)", plan.kernel_family));
   for (const auto& p : plan.placement)
     if (p.device != "cuda:0")
-      throw RuntimeError(fmt::format("plan places layers {}-{} on {}: this build runs single-GPU plans only (cuda:0)",
-                                     p.first_layer, p.last_layer, p.device));
+      throw RuntimeError(fmt::format("plan places layers {}-{} on {}: this build runs single-GPU plans only (cuda:0); "
+                                     "compile with --gpus 1", p.first_layer, p.last_layer, p.device));
   std::string why;
   const int n_dev = cuda::device_count(&why);
   if (n_dev == 0) throw RuntimeError("the plan targets CUDA but no GPU is usable: " + why);

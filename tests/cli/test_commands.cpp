@@ -160,3 +160,28 @@ TEST_CASE("qrig run --chat keeps special tokens in the prompt as text unless --p
   CHECK(count(sh(raw, true).text) == tok.encode(prompt, false).size());
   CHECK(count(sh(raw + " --parse-special", true).text) == tok.encode(prompt, true).size());
 }
+
+TEST_CASE("qrig bench prints llama-bench's table and writes every sample as JSON; verify emulates the GPU", "[cli]") {
+  const std::string bin = QRIG_BINARY;
+  const std::string json = tmp("bench.json");
+  auto b = sh(bin + " bench " + kTiny + " -p 64,100 -n 4 -d 0,16 -r 2 --json " + json, true);
+  REQUIRE(b.rc == 0);
+  CHECK(b.text.find("| model | size | params | backend | test | t/s |") != std::string::npos);
+  for (const char* t : {"| pp64 |", "| pp100 |", "| tg4 |", "| pp64 @ d16 |", "| tg4 @ d16 |"}) {
+    INFO(t);
+    CHECK(b.text.find(t) != std::string::npos);
+  }
+  std::ifstream in(json);
+  const std::string j((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(j.find("\"test\": \"pp100\"") != std::string::npos);
+  CHECK(j.find("\"n_depth\": 16") != std::string::npos);
+  CHECK(j.find("\"samples_ts\"") != std::string::npos);
+  // a depth beyond the plan's context is refused with the context it needs
+  auto too_deep = sh(bin + " bench " + kTiny + " -p 64 -n 0 -d 9000 -r 1 --ctx 1024", true);
+  CHECK(too_deep.rc == 1);
+  CHECK(too_deep.text.find("--ctx") != std::string::npos);
+  // the CPU with the CUDA family's numerics: the reference is missed by ~7.8e-2, within its own defaults
+  auto emu = sh(bin + " verify " + kTiny + " " + kShared + "/fixtures/tiny-ref.gguf --emulate-dp4a", true);
+  CHECK(emu.rc == 0);
+  CHECK(emu.text.find("top1") != std::string::npos);
+}

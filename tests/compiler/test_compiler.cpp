@@ -138,6 +138,15 @@ TEST_CASE("passes decide per rig", "[compiler]") {
   for (size_t k = 1; k < 4; ++k) CHECK(cmp.placement[k].first_layer == cmp.placement[k - 1].last_layer + 1);
   for (const auto& st : cmp.graph.states)
     if (st.name.rfind("kv.", 0) == 0) CHECK(st.type.dtype == ir::DType::f16);
+  CHECK(cmp.device_sms == 68);  // the CMP preset's SM count: tilings and KV splits are chosen for it
+  compiler::CompileOptions one;
+  one.max_gpus = 1;  // what the single-GPU runtime asks for when it compiles implicitly
+  auto cmp1 = compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), one);
+  REQUIRE(cmp1.placement.size() == 1);
+  CHECK(cmp1.placement[0].device == "cuda:0");
+  CHECK(cmp1.placement[0].last_layer == 7);
+  one.max_gpus = 2;
+  CHECK(compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), one).placement.size() == 2);
 
   auto h200 = compiler::compile(f, compiler::Rig::load(kRigs + "h200.toml"), {});
   CHECK(h200.arch_target == "sm_90");
