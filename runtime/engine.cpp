@@ -64,6 +64,7 @@ struct Engine::SlotCache {
 Engine::Engine(std::unique_ptr<Backend> backend, int64_t max_queue)
     : backend_(std::move(backend)), max_queue_(max_queue) {
   active_.resize((size_t)backend_->slots());
+  free_slots_ = backend_->slots();
   for (int s = 0; s < backend_->slots(); ++s) cache_.push_back(std::make_unique<SlotCache>());
   stats_.kv_tokens_capacity = backend_->context_length() * backend_->slots();
   thread_ = std::thread([this] { loop(); });
@@ -90,7 +91,8 @@ uint64_t Engine::submit(Request req, Callbacks cb) {
   a->cb = std::move(cb);
   std::lock_guard<std::mutex> lk(mu_);
   if (!accepting_) throw EngineError("the engine is shutting down");
-  if ((int64_t)queue_.size() >= max_queue_) throw QueueFull(fmt::format("the request queue is full ({} waiting)", queue_.size()));
+  const int64_t waiting = (int64_t)queue_.size() - std::max<int64_t>(0, free_slots_.load());
+  if (waiting >= max_queue_) throw QueueFull(fmt::format("the request queue is full ({} waiting)", waiting));
   a->id = next_id_++;
   a->start = Clock::now();
   uint64_t id = a->id;
@@ -160,6 +162,11 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
   if (a.cb.on_done) a.cb.on_done(d);
 }
 
+void Engine::release(int slot) {
+  if (active_[(size_t)slot]) ++free_slots_;
+  active_[(size_t)slot].reset();
+}
+
 // Picks a free slot for the request at the queue front, reusing the longest cached prefix.
 void Engine::admit_locked() {
   while (!queue_.empty()) {
@@ -203,6 +210,7 @@ void Engine::admit_locked() {
     a->cached = best_reuse;
     a->history.assign(a->req.prompt.begin(), a->req.prompt.begin() + best_reuse);
     active_[(size_t)best] = std::move(a);
+    --free_slots_;
   }
 }
 
@@ -240,7 +248,7 @@ void Engine::loop() {
       for (auto& d : dropped) finish(*d, Finish::cancelled);
       for (int s : cancel_slots) {
         finish(*active_[(size_t)s], Finish::cancelled);
-        active_[(size_t)s].reset();
+        release(s);
       }
       lk.lock();
       admit_locked();
@@ -299,7 +307,7 @@ void Engine::run_step() {
   } catch (const std::exception& e) {
     for (Active* a : owners) {
       finish(*a, Finish::error, e.what());
-      active_[(size_t)a->slot].reset();
+      release(a->slot);
     }
     return;
   }
@@ -338,13 +346,13 @@ void Engine::run_step() {
       if (a.req.constraint) a.req.constraint->accept(tok);
     } catch (const std::exception& e) {
       finish(a, Finish::error, e.what());
-      active_[(size_t)a.slot].reset();
+      release(a.slot);
       continue;
     }
     bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) != a.req.stop_tokens.end();
     if (stop) {
       finish(a, Finish::stop);
-      active_[(size_t)a.slot].reset();
+      release(a.slot);
       continue;
     }
     a.generated += 1;
@@ -352,7 +360,7 @@ void Engine::run_step() {
     if (a.cb.on_token) a.cb.on_token(ev);
     if (a.generated >= a.req.max_tokens) {
       finish(a, Finish::length);
-      active_[(size_t)a.slot].reset();
+      release(a.slot);
     }
   }
   std::lock_guard<std::mutex> lk(mu_);

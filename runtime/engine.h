@@ -4,6 +4,7 @@
 // state for prefix reuse (recurrent state snapshots at prompt ends, since GDN state cannot be rolled back).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -105,13 +106,17 @@ class Engine {
   void admit_locked();
   void finish(Active& a, Finish reason, const std::string& error = "");
   void run_step();
+  void release(int slot);  // frees a slot (worker thread)
 
   std::unique_ptr<Backend> backend_;
   int64_t max_queue_;
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<std::unique_ptr<Active>> queue_;
-  std::vector<std::unique_ptr<Active>> active_;  // per slot (nullptr = free)
+  std::vector<std::unique_ptr<Active>> active_;  // per slot (nullptr = free); touched by the worker only
+  // Free slots as the worker last left them, for submit()'s queue bound: a request that a free slot will take
+  // is not waiting, so it does not count against max_queue.
+  std::atomic<int64_t> free_slots_{0};
   std::vector<std::unique_ptr<SlotCache>> cache_;
   std::vector<uint64_t> cancelled_;
   uint64_t next_id_ = 1;

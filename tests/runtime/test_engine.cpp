@@ -188,6 +188,16 @@ TEST_CASE("cancel, stop tokens, limits and errors", "[runtime]") {
   }
 }
 
+TEST_CASE("requests that free slots will take do not count against the queue bound", "[runtime]") {
+  auto plan = plan_for(3, 128);
+  runtime::Engine e(runtime::make_backend(plan), /*max_queue=*/1);
+  std::mt19937 rng(6);
+  std::vector<std::future<Result>> futs;
+  // Three at once on three free slots: none waits, so none is refused even with a bound of 1 waiting.
+  for (int k = 0; k < 3; ++k) CHECK_NOTHROW(futs.push_back(submit(e, greedy(random_prompt(rng, 8), 40))));
+  for (auto& f : futs) CHECK(f.get().done.reason == runtime::Finish::length);
+}
+
 TEST_CASE("queue bound and shutdown", "[runtime]") {
   auto plan = plan_for(1, 128);
   runtime::Engine e(runtime::make_backend(plan), /*max_queue=*/2);
