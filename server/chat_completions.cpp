@@ -12,6 +12,7 @@
 #include "server/chat_request.h"
 #include "server/handlers.h"
 #include "server/sse.h"
+#include "server/stream.h"
 #include "server/transport.h"
 
 namespace qrig::server {
@@ -71,17 +72,8 @@ struct ChatStream {
 
   // One call from httplib's chunked content provider: write what is ready (waiting up to kPollMs for it).
   // Returning false aborts the response (client gone); httplib checks the socket between calls.
-  // Never throws (httplib runs it outside any handler's try): a failure ends the stream with an error event.
   bool pump(httplib::DataSink& sink) {
-    try {
-      return pump_inner(sink);
-    } catch (const std::exception& e) {
-      gen->cancel();
-      finished = true;
-      std::string w = sse_event(error_body(ApiError(ErrorKind::internal, std::string("internal error: ") + e.what())));
-      sink.write(w.data(), w.size());
-      return false;
-    }
+    return guarded_pump(*gen, finished, sink, [this](httplib::DataSink& s) { return pump_inner(s); });
   }
 
   bool pump_inner(httplib::DataSink& sink) {
@@ -89,13 +81,7 @@ struct ChatStream {
     std::string wire;
     if (!started) {  // the role chunk goes out at once, before the first token
       started = true;
-      wire = sse_event(chunk({{"role", "assistant"}, {"content", ""}}));
-      if (!sink.write(wire.data(), wire.size())) {
-        gen->cancel();
-        finished = true;
-        return false;
-      }
-      return true;
+      return write_step(*gen, finished, sink, sse_event(chunk({{"role", "assistant"}, {"content", ""}})), false);
     }
     Generation::Step step = gen->next(std::chrono::milliseconds(kPollMs));
     ChatOutput::Fed fed = out->feed(step, *gen);
@@ -105,33 +91,14 @@ struct ChatStream {
     }
     for (const Delta& d : merge_text(std::move(fed.deltas))) wire += sse_event(chunk(delta_json(d)));
     if (step.done) {
+      json usage;
+      if (creq.gen.include_usage)
+        usage = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model->id},
+                 {"choices", json::array()}, {"usage", gen->usage(out->reasoning_tokens())}, {"timings", gen->timings()}};
       const std::string reason = out->finish_reason(*gen);
-      if (reason == "error" || reason == "cancelled") {
-        if (gen->cancelled_by_engine() || reason == "error") wire += sse_event(error_body(gen->failure()));
-        else wire.clear();  // our own cancel: the client is gone
-      } else {
-        json fin = chunk(json::object(), reason);
-        fin["timings"] = gen->timings();
-        wire += sse_event(fin);
-        if (creq.gen.include_usage) {
-          json u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model->id},
-                    {"choices", json::array()}, {"usage", gen->usage(out->reasoning_tokens())},
-                    {"timings", gen->timings()}};
-          wire += sse_event(u);
-        }
-        wire += sse_done();
-      }
+      wire += stream_end(*gen, reason, chunk(json::object(), reason), usage);
     }
-    if (!wire.empty() && !sink.write(wire.data(), wire.size())) {
-      gen->cancel();
-      finished = true;
-      return false;
-    }
-    if (step.done) {
-      finished = true;
-      sink.done();
-    }
-    return true;
+    return write_step(*gen, finished, sink, wire, step.done);
   }
 };
 

@@ -15,6 +15,8 @@
 #include "server/handlers.h"
 #include "server/request_parse.h"
 #include "server/sse.h"
+#include "server/stream.h"
+#include "server/stream.h"
 
 namespace qrig::server {
 
@@ -130,17 +132,8 @@ struct CompletionStream {
     return c;
   }
 
-  // Never throws (httplib runs it outside any handler's try): a failure ends the stream with an error event.
   bool pump(httplib::DataSink& sink) {
-    try {
-      return pump_inner(sink);
-    } catch (const std::exception& e) {
-      gen->cancel();
-      finished = true;
-      std::string w = sse_event(error_body(ApiError(ErrorKind::internal, std::string("internal error: ") + e.what())));
-      sink.write(w.data(), w.size());
-      return false;
-    }
+    return guarded_pump(*gen, finished, sink, [this](httplib::DataSink& s) { return pump_inner(s); });
   }
 
   bool pump_inner(httplib::DataSink& sink) {
@@ -154,30 +147,13 @@ struct CompletionStream {
     if (creq.gen.top_logprobs >= 0) lp.add(*model->tokenizer, step.tokens, creq.gen.top_logprobs > 0);
     if (std::string t = step.text(); !t.empty()) wire += sse_event(chunk(t));
     if (step.done) {
-      const std::string& reason = gen->finish_reason();
-      if (reason == "error" || reason == "cancelled") {
-        if (gen->cancelled_by_engine() || reason == "error") wire += sse_event(error_body(gen->failure()));
-        else wire.clear();
-      } else {
-        json fin = chunk("", reason);
-        fin["timings"] = gen->timings();
-        wire += sse_event(fin);
-        if (creq.gen.include_usage)
-          wire += sse_event({{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model->id},
-                             {"choices", json::array()}, {"usage", gen->usage()}, {"timings", gen->timings()}});
-        wire += sse_done();
-      }
+      json usage;
+      if (creq.gen.include_usage)
+        usage = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model->id},
+                 {"choices", json::array()}, {"usage", gen->usage()}, {"timings", gen->timings()}};
+      wire += stream_end(*gen, gen->finish_reason(), chunk("", gen->finish_reason()), usage);
     }
-    if (!wire.empty() && !sink.write(wire.data(), wire.size())) {
-      gen->cancel();
-      finished = true;
-      return false;
-    }
-    if (step.done) {
-      finished = true;
-      sink.done();
-    }
-    return true;
+    return write_step(*gen, finished, sink, wire, step.done);
   }
 };
 

@@ -1,0 +1,60 @@
+// What the streamed endpoints (chat completions, completions) share around their own chunk formats: a pump step
+// that never throws (httplib calls content providers outside any handler's try), the end of a stream (error
+// event, or final chunk + optional usage chunk + [DONE]) and writing a step's bytes (a dead client cancels the
+// generation).
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/errors.h"
+#include "server/generation.h"
+#include "server/sse.h"
+
+namespace qrig::server {
+
+// Runs inner(sink); an exception ends the stream with an internal-error event and cancels the generation.
+template <class Inner>
+bool guarded_pump(Generation& gen, bool& finished, httplib::DataSink& sink, Inner&& inner) {
+  try {
+    return inner(sink);
+  } catch (const std::exception& e) {
+    gen.cancel();
+    finished = true;
+    const std::string w = sse_event(error_body(ApiError(ErrorKind::internal, std::string("internal error: ") + e.what())));
+    sink.write(w.data(), w.size());
+    return false;
+  }
+}
+
+// The events that end a stream whose generation finished with `reason`: an error event when it failed or the
+// engine cancelled it, nothing when we cancelled it (the client is gone); otherwise final_chunk with the
+// timings, usage_chunk (when not null) and [DONE].
+inline std::string stream_end(Generation& gen, const std::string& reason, nlohmann::json final_chunk,
+                              const nlohmann::json& usage_chunk) {
+  if (reason == "error" || reason == "cancelled")
+    return gen.cancelled_by_engine() || reason == "error" ? sse_event(error_body(gen.failure())) : std::string();
+  final_chunk["timings"] = gen.timings();
+  std::string wire = sse_event(final_chunk);
+  if (!usage_chunk.is_null()) wire += sse_event(usage_chunk);
+  return wire + sse_done();
+}
+
+// Writes a step's bytes; a failed write (client gone) cancels the generation. The last step closes the sink.
+inline bool write_step(Generation& gen, bool& finished, httplib::DataSink& sink, const std::string& wire, bool done) {
+  if (!wire.empty() && !sink.write(wire.data(), wire.size())) {
+    gen.cancel();
+    finished = true;
+    return false;
+  }
+  if (done) {
+    finished = true;
+    sink.done();
+  }
+  return true;
+}
+
+}  // namespace qrig::server
