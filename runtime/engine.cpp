@@ -153,8 +153,12 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
     SlotCache& c = *cache_[(size_t)a.slot];
     c.tokens = std::move(a.history);
     if (reason == Finish::error || (int64_t)c.tokens.size() != backend_->position(a.slot)) {
-      backend_->reset(a.slot);  // state no longer known to match the tokens
       c = SlotCache();
+      try {
+        backend_->reset(a.slot);  // state no longer known to match the tokens
+      } catch (const std::exception&) {
+        // The next request on this slot resets it again before use (empty cache: no reuse).
+      }
     }
     c.prune();
     c.last_use = ++use_clock_;
@@ -201,10 +205,17 @@ void Engine::admit_locked() {
     queue_.pop_front();
     SlotCache& c = *cache_[(size_t)best];
     a->slot = best;
-    if (best_reuse > 0 && best_snap >= 0) {
-      backend_->restore(best, *c.snaps[(size_t)best_snap].state);
-    } else if (best_reuse == 0) {
-      backend_->reset(best);
+    try {
+      if (best_reuse > 0 && best_snap >= 0) {
+        backend_->restore(best, *c.snaps[(size_t)best_snap].state);
+      } else if (best_reuse == 0) {
+        backend_->reset(best);
+      }
+    } catch (const std::exception& e) {  // the slot's state is unknown: forget it, fail this request
+      c = SlotCache();
+      a->slot = -1;
+      finish(*a, Finish::error, std::string("could not prepare the sequence state: ") + e.what());
+      continue;
     }
     a->prefilled = (size_t)best_reuse;
     a->cached = best_reuse;
@@ -273,23 +284,34 @@ void Engine::run_step() {
   int64_t budget = budget_total;
   std::vector<StepInput> batch;
   std::vector<Active*> owners;
-  for (auto& a : active_)
+  // More generating sequences than the step holds (slots > max_batch_tokens): they take turns.
+  const size_t n_slots = active_.size();
+  for (size_t k = 0; k < n_slots && budget > 0; ++k) {
+    auto& a = active_[(decode_turn_ + k) % n_slots];
     if (a && a->in_generation) {
       batch.push_back({a->slot, {a->last}, true});
       owners.push_back(a.get());
       --budget;
     }
+  }
+  decode_turn_ = (decode_turn_ + 1) % std::max<size_t>(1, n_slots);
   // Prompt chunks end on multiples of the GDN chunk length (absolute positions), so a prompt is cut the same
-  // way whatever else is running: batched and single results agree bit for bit.
+  // way whatever else is running (on the CPU backend batched and single results then agree bit for bit; the
+  // CUDA backend picks matmul kernels by the step's row count, which changes the last bits). A step never
+  // exceeds the plan's tokens per step: a piece that does not fit is cut to what is left, and with nothing
+  // left the prompts wait for the next step.
   const int64_t align = std::max<int64_t>(1, backend_->plan().gdn_chunk);
   bool any_prefill = false;
   for (auto& a : active_)
-    if (a && !a->in_generation) {
+    if (a && !a->in_generation && budget > 0) {
       const int64_t pos = (int64_t)a->prefilled, end = (int64_t)a->req.prompt.size();
       int64_t take_end = pos;
       while (take_end < end) {
         int64_t piece_end = std::min(end, (take_end / align + 1) * align);
-        if (piece_end - pos > budget && (any_prefill || take_end > pos)) break;
+        if (piece_end - pos > budget) {
+          if (any_prefill || take_end > pos) break;
+          piece_end = pos + budget;  // the first piece, larger than the whole budget
+        }
         take_end = piece_end;
       }
       if (take_end == pos) continue;
@@ -320,9 +342,14 @@ void Engine::run_step() {
       a.prefilled += batch[k].tokens.size();
       if (!batch[k].want_logits) continue;
       // Prompt complete: snapshot the recurrent state here for later requests sharing this prompt.
+      // A snapshot is an optimisation: when it cannot be taken (device memory), the request goes on without it.
       SlotCache& c = *cache_[(size_t)a.slot];
-      c.snaps.push_back({a.req.prompt, backend_->save(a.slot)});
-      if (c.snaps.size() > SlotCache::kMaxSnapshots) c.snaps.erase(c.snaps.begin());
+      try {
+        c.snaps.push_back({a.req.prompt, backend_->save(a.slot)});
+        if (c.snaps.size() > SlotCache::kMaxSnapshots) c.snaps.erase(c.snaps.begin());
+      } catch (const std::exception&) {
+        c.snaps.clear();  // and free the older ones: memory is short
+      }
       a.in_generation = true;
       a.first_token = Clock::now();
     }

@@ -121,6 +121,7 @@ class Engine {
   std::vector<uint64_t> cancelled_;
   uint64_t next_id_ = 1;
   uint64_t use_clock_ = 0;
+  size_t decode_turn_ = 0;  // first slot to decode when not all fit in a step
   bool stopping_ = false, accepting_ = true, cancel_all_ = false;
   EngineStats stats_;
   std::thread thread_;

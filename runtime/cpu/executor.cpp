@@ -183,7 +183,7 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
     if (s.kind == "embed") {
       cpu::embed(s.w, tokens.data(), T, out);
     } else if (s.kind == "rmsnorm") {
-      cpu::rmsnorm(val(s.args[0]), s.vec, T, s.width, (float)op.f("eps"), out);
+      cpu::rmsnorm(val(s.args[0]), s.vec, rows_out, s.width, (float)op.f("eps"), out);
     } else if (s.kind == "matmul") {
       if (emulate_dp4a_) {
         const int64_t n = rows_out * s.w.in;

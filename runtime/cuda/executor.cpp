@@ -23,7 +23,15 @@ CudaExecutor::CudaExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::Fil
   }
 }
 
-CudaExecutor::~CudaExecutor() = default;
+CudaExecutor::~CudaExecutor() {
+  // Queued work must finish before buffers are freed and kernel libraries unloaded.
+  if (impl_ && impl_->stream) {
+    try {
+      impl_->stream->sync("CUDA executor shutdown");
+    } catch (const std::exception&) {
+    }
+  }
+}
 
 const ir::Plan& CudaExecutor::plan() const { return impl_->plan; }
 int CudaExecutor::slots() const { return (int)impl_->slots.size(); }
@@ -41,9 +49,13 @@ void CudaExecutor::synchronize() const { impl_->stream->sync("CUDA executor"); }
 void CudaExecutor::reset(int slot) {
   Impl& m = *impl_;
   Slot& s = m.slot(slot);
-  cuda::DeviceGuard guard(m.opt.device);
-  cuda::fill_device_bytes_async(s.rec.data(), 0, s.rec.bytes(), m.stream->get(), "reset of slot states");
   s.n_past = 0;  // KV entries at positions >= n_past are never read before being written again
+  try {
+    cuda::DeviceGuard guard(m.opt.device);
+    cuda::fill_device_bytes_async(s.rec.data(), 0, s.rec.bytes(), m.stream->get(), "reset of slot states");
+  } catch (const cuda::CudaError& e) {
+    throw RuntimeError(std::string("CUDA: ") + e.what());
+  }
 }
 
 StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::vector<std::vector<int32_t>>& rows,
@@ -194,14 +206,19 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
     if (want_logits || want_argmax) m.stream->sync("step");
     for (size_t k = 0; k < batch.size(); ++k) m.slot(batch[k].slot).n_past += (int64_t)batch[k].tokens.size();
     return result;
-  } catch (const cuda::KernelError& e) {
-    throw RuntimeError(std::string("CUDA step: ") + e.what());
-  } catch (const cuda::CudaError& e) {
-    throw RuntimeError(std::string("CUDA step: ") + e.what());
+  } catch (const std::exception& e) {
+    // Some layers' states may have advanced: the batch's sequences start over rather than continue wrong.
+    for (const StepInput& in : batch) {
+      try {
+        reset(in.slot);
+      } catch (const std::exception&) {
+      }
+    }
+    throw RuntimeError(std::string("CUDA step failed (the step's sequences were reset): ") + e.what());
   }
 }
 
-std::shared_ptr<Snapshot> CudaExecutor::save(int slot) const {
+std::shared_ptr<Snapshot> CudaExecutor::save(int slot) const try {
   const Impl& m = *impl_;
   const Slot& s = const_cast<Impl&>(m).slot(slot);
   cuda::DeviceGuard guard(m.opt.device);
@@ -212,6 +229,8 @@ std::shared_ptr<Snapshot> CudaExecutor::save(int slot) const {
   cuda::copy_on_device(snap->rec.data(), s.rec.data(), s.rec.bytes(), m.stream->get(), "snapshot");
   m.stream->sync("snapshot");
   return snap;
+} catch (const cuda::CudaError& e) {
+  throw RuntimeError(std::string("CUDA snapshot: ") + e.what());
 }
 
 void CudaExecutor::restore(int slot, const Snapshot& snap) {
@@ -219,8 +238,16 @@ void CudaExecutor::restore(int slot, const Snapshot& snap) {
   const auto* cs = dynamic_cast<const CudaSnapshot*>(&snap);
   Slot& s = m.slot(slot);
   if (!cs || cs->rec.size() != s.rec.size()) throw RuntimeError("snapshot of another backend");
-  cuda::DeviceGuard guard(m.opt.device);
-  cuda::copy_on_device(s.rec.data(), cs->rec.data(), s.rec.bytes(), m.stream->get(), "restore");
+  if (cs->position < 0 || cs->position > m.plan.context_length || cs->device != m.opt.device)
+    throw RuntimeError("snapshot does not fit this executor");
+  try {
+    cuda::DeviceGuard guard(m.opt.device);
+    cuda::copy_on_device(s.rec.data(), cs->rec.data(), s.rec.bytes(), m.stream->get(), "restore");
+    m.stream->sync("restore");  // the caller may free the snapshot as soon as this returns
+  } catch (const cuda::CudaError& e) {
+    s.n_past = 0;
+    throw RuntimeError(std::string("CUDA restore: ") + e.what());
+  }
   s.n_past = cs->position;
 }
 

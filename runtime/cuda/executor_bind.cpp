@@ -276,6 +276,16 @@ void CudaExecutor::Impl::bind() {
   for (size_t i = 0; i < steps.size(); ++i)
     for (int a : steps[i].args) last_use[(size_t)a] = (int64_t)i;
   last_use[(size_t)steps.back().result] = (int64_t)steps.size();
+  // A group's head writes every member's output (single-row steps): members' regions must stay theirs from the
+  // head to the last member, even when a member's result is never read.
+  for (const MatmulGroup& grp : groups) {
+    int64_t last_member = 0;
+    for (int mi : grp.members) last_member = std::max<int64_t>(last_member, mi);
+    for (int mi : grp.members) {
+      const size_t r = (size_t)steps[(size_t)mi].result;
+      last_use[r] = std::max(last_use[r], last_member);
+    }
+  }
   struct Region {
     int64_t offset, bytes, free_after;
   };

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -220,4 +221,76 @@ TEST_CASE("queue bound and shutdown", "[runtime]") {
     CHECK((r.done.reason == runtime::Finish::cancelled || r.done.reason == runtime::Finish::length));
   }
   CHECK_THROWS_AS(e.submit(greedy({1, 2}, 1), {}), runtime::EngineError);
+}
+
+namespace {
+
+// A backend that checks every step against the plan's tokens-per-step and can be told to fail snapshots.
+class StrictBackend final : public runtime::Backend {
+ public:
+  explicit StrictBackend(const ir::Plan& plan) : inner_(runtime::make_backend(plan)) {}
+  const ir::Plan& plan() const override { return inner_->plan(); }
+  int slots() const override { return inner_->slots(); }
+  int64_t vocab_rows() const override { return inner_->vocab_rows(); }
+  int64_t context_length() const override { return inner_->context_length(); }
+  int64_t position(int slot) const override { return inner_->position(slot); }
+  void reset(int slot) override { inner_->reset(slot); }
+  std::vector<std::vector<float>> step(const std::vector<runtime::StepInput>& batch) override {
+    int64_t n = 0;
+    for (const auto& in : batch) n += (int64_t)in.tokens.size();
+    max_step_ = std::max(max_step_.load(), n);
+    if (n > plan().max_batch_tokens) throw runtime::RuntimeError("step larger than the plan allows");
+    return inner_->step(batch);
+  }
+  std::shared_ptr<runtime::Snapshot> save(int slot) const override {
+    if (fail_save_) throw runtime::RuntimeError("out of device memory (test)");
+    return inner_->save(slot);
+  }
+  void restore(int slot, const runtime::Snapshot& snap) override { inner_->restore(slot, snap); }
+  int64_t snapshot_bytes() const override { return inner_->snapshot_bytes(); }
+
+  std::atomic<int64_t> max_step_{0};
+  bool fail_save_ = false;
+
+ private:
+  std::unique_ptr<runtime::Backend> inner_;
+};
+
+}  // namespace
+
+TEST_CASE("steps never exceed the plan's tokens per step, however many sequences decode", "[runtime]") {
+  // 4 slots, 8 tokens per step: three generating sequences and a 40-token prompt must share each step.
+  auto plan = plan_for(4, 128, /*batch=*/8);
+  auto backend = std::make_unique<StrictBackend>(plan);
+  StrictBackend* strict = backend.get();
+  runtime::Engine e(std::move(backend));
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::future<Result>> futs;
+  for (int k = 0; k < 4; ++k) {
+    prompts.push_back(random_prompt(rng, k == 3 ? 40 : 5));
+    futs.push_back(submit(e, greedy(prompts.back(), 12)));
+  }
+  for (size_t k = 0; k < futs.size(); ++k) {
+    Result r = futs[k].get();
+    CHECK(r.done.reason == runtime::Finish::length);
+    CHECK(r.tokens == reference_greedy(plan, prompts[k], 12));
+  }
+  CHECK(strict->max_step_ <= 8);
+  CHECK(strict->max_step_ >= 4);
+}
+
+TEST_CASE("a snapshot that cannot be taken does not fail the request", "[runtime]") {
+  auto plan = plan_for(1, 128);
+  auto backend = std::make_unique<StrictBackend>(plan);
+  backend->fail_save_ = true;
+  runtime::Engine e(std::move(backend));
+  std::mt19937 rng(8);
+  const auto prompt = random_prompt(rng, 9);
+  Result r = submit(e, greedy(prompt, 6)).get();
+  CHECK(r.done.reason == runtime::Finish::length);
+  CHECK(r.tokens == reference_greedy(plan, prompt, 6));
+  // the same prompt again: no snapshot to reuse, same answer
+  Result again = submit(e, greedy(prompt, 6)).get();
+  CHECK(again.tokens == r.tokens);
 }
