@@ -1,8 +1,9 @@
 // builtin_model_path() (cli/commands.h): the model `qrig run` and `qrig serve` use when given none, a tiny
 // random-weight Qwen3.5 written once by the synth preset "tiny" (seed 0) to
-// $XDG_CACHE_HOME/qrig/tiny-synth-<fingerprint>.gguf (else ~/.cache/qrig/, else the temp directory), atomically:
-// written under a temporary name, then renamed. The fingerprint covers the header (metadata, tensor layout) and
-// kSynthWeightsVersion, so a qrig whose synth writes another model does not serve an old file.
+// $XDG_CACHE_HOME/qrig/builtin-<fingerprint>/tiny-synth.gguf (else ~/.cache/qrig/, else the temp directory),
+// atomically: written under a temporary name, then renamed. The fingerprint covers the header (metadata, tensor
+// layout) and kSynthWeightsVersion, so a qrig whose synth writes another model does not serve an old file; the
+// file name stays tiny-synth.gguf, which is the model id the server reports.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -23,7 +24,8 @@ std::string builtin_model_path() {
   dir /= "qrig";
   uint64_t h = 1469598103934665603ull ^ (uint64_t)kSynthWeightsVersion;  // FNV-1a
   for (uint8_t b : synth_model("tiny", 0).header()) h = (h ^ b) * 1099511628211ull;
-  const std::string name = fmt::format("tiny-synth-{:016x}.gguf", h);
+  dir /= fmt::format("builtin-{:016x}", h);
+  const std::string name = "tiny-synth.gguf";
   std::filesystem::path path = dir / name;
   if (std::filesystem::exists(path)) return path.string();
   std::filesystem::create_directories(dir);
