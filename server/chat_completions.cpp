@@ -64,10 +64,7 @@ struct ChatStream {
       choice["logprobs"] = {{"content", pending_logprobs}, {"refusal", nullptr}};
       pending_logprobs = json::array();
     }
-    json c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model->id},
-              {"choices", json::array({std::move(choice)})}};
-    if (creq.gen.include_usage) c["usage"] = nullptr;
-    return c;
+    return stream_chunk(id, "chat.completion.chunk", created, model->id, std::move(choice), creq.gen.include_usage);
   }
 
   // One call from httplib's chunked content provider: write what is ready (waiting up to kPollMs for it).
@@ -92,9 +89,7 @@ struct ChatStream {
     for (const Delta& d : merge_text(std::move(fed.deltas))) wire += sse_event(chunk(delta_json(d)));
     if (step.done) {
       json usage;
-      if (creq.gen.include_usage)
-        usage = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model->id},
-                 {"choices", json::array()}, {"usage", gen->usage(out->reasoning_tokens())}, {"timings", gen->timings()}};
+      if (creq.gen.include_usage) usage = gen->usage(out->reasoning_tokens());
       const std::string reason = out->finish_reason(*gen);
       wire += stream_end(*gen, reason, chunk(json::object(), reason), usage);
     }

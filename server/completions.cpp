@@ -126,10 +126,7 @@ struct CompletionStream {
   json chunk(const std::string& text, json finish_reason = nullptr) {
     json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", std::move(finish_reason)}};
     if (creq.gen.top_logprobs >= 0 && !lp.empty()) choice["logprobs"] = lp.take();
-    json c = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model->id},
-              {"choices", json::array({std::move(choice)})}};
-    if (creq.gen.include_usage) c["usage"] = nullptr;
-    return c;
+    return stream_chunk(id, "text_completion", created, model->id, std::move(choice), creq.gen.include_usage);
   }
 
   bool pump(httplib::DataSink& sink) {
@@ -148,9 +145,7 @@ struct CompletionStream {
     if (std::string t = step.text(); !t.empty()) wire += sse_event(chunk(t));
     if (step.done) {
       json usage;
-      if (creq.gen.include_usage)
-        usage = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model->id},
-                 {"choices", json::array()}, {"usage", gen->usage()}, {"timings", gen->timings()}};
+      if (creq.gen.include_usage) usage = gen->usage();
       wire += stream_end(*gen, gen->finish_reason(), chunk("", gen->finish_reason()), usage);
     }
     return write_step(*gen, finished, sink, wire, step.done);

@@ -16,6 +16,16 @@
 
 namespace qrig::server {
 
+// A streamed chunk: the envelope (id, object, created, model) around one choice; "usage": null on every chunk
+// when the client asked for usage (stream_options.include_usage), as OpenAI streams it.
+inline nlohmann::json stream_chunk(const std::string& id, const char* object, int64_t created, const std::string& model,
+                                   nlohmann::json choice, bool usage_null) {
+  nlohmann::json c = {{"id", id}, {"object", object}, {"created", created}, {"model", model},
+                      {"choices", nlohmann::json::array({std::move(choice)})}};
+  if (usage_null) c["usage"] = nullptr;
+  return c;
+}
+
 // Runs inner(sink); an exception ends the stream with an internal-error event and cancels the generation.
 template <class Inner>
 bool guarded_pump(Generation& gen, bool& finished, httplib::DataSink& sink, Inner&& inner) {
@@ -32,14 +42,18 @@ bool guarded_pump(Generation& gen, bool& finished, httplib::DataSink& sink, Inne
 
 // The events that end a stream whose generation finished with `reason`: an error event when it failed or the
 // engine cancelled it, nothing when we cancelled it (the client is gone); otherwise final_chunk with the
-// timings, usage_chunk (when not null) and [DONE].
+// timings, then (when usage is not null) a chunk with the same envelope, no choices and the usage, then [DONE].
 inline std::string stream_end(Generation& gen, const std::string& reason, nlohmann::json final_chunk,
-                              const nlohmann::json& usage_chunk) {
+                              nlohmann::json usage) {
   if (reason == "error" || reason == "cancelled")
     return gen.cancelled_by_engine() || reason == "error" ? sse_event(error_body(gen.failure())) : std::string();
   final_chunk["timings"] = gen.timings();
   std::string wire = sse_event(final_chunk);
-  if (!usage_chunk.is_null()) wire += sse_event(usage_chunk);
+  if (!usage.is_null()) {
+    final_chunk["choices"] = nlohmann::json::array();
+    final_chunk["usage"] = std::move(usage);
+    wire += sse_event(final_chunk);
+  }
   return wire + sse_done();
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/ptx_scan.h"
+#include "tests/cuda/compiled_checks.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace qrig;
@@ -104,18 +105,8 @@ TEST_CASE("every GEMM variant of the 9B/27B shapes compiles for sm_75 and sm_90 
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompiledKernel& k = out[i];
     if (k.cubin.empty()) continue;  // reported above
-    INFO(k.variant.name << " for sm_" << jobs[i].sm << " (code sm_" << k.arch.target_sm << ")\n" << k.log);
-    const auto entries = ptx_entries(k.ptx);
-    REQUIRE(entries.size() == 1);
-    CHECK(entries[0].name == k.variant.kernel);
-    CHECK(entries[0].maxntid == k.variant.threads());
-    const PtxasReport r = parse_ptxas_report(k.log);
-    CHECK(r.registers > 0);
-    CHECK(r.spill_store_bytes == 0);
-    CHECK(r.spill_load_bytes == 0);
+    test::check_compiled_kernel(k, jobs[i].sm);
+    INFO(k.variant.name << " for sm_" << jobs[i].sm);
     CHECK(k.ptx.find("dp4a.s32.s32") != std::string::npos);
-    if (jobs[i].sm == 70) {
-      for (const auto& f : scan_ptx_newer_than_sm70(k.ptx)) FAIL_CHECK("line " << f.line << ": " << f.instruction << " (" << f.why << ")");
-    }
   }
 }

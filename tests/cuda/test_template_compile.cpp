@@ -13,6 +13,7 @@
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/plan_kernels.h"
 #include "runtime/cuda/ptx_scan.h"
+#include "tests/cuda/compiled_checks.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace qrig;
@@ -69,21 +70,7 @@ TEST_CASE("every variant of the preset plans compiles for every CI arch; the CMP
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompiledKernel& k = kernels[i];
     if (k.cubin.empty()) continue;  // reported by compile_all
-    INFO(k.variant.name << " for sm_" << jobs[i].sm << " (code sm_" << k.arch.target_sm << ")");
-    const auto entries = ptx_entries(k.ptx);
-    REQUIRE(entries.size() == 1);
-    CHECK(entries[0].name == k.variant.kernel);
-    CHECK(entries[0].maxntid == k.variant.threads());
-    const PtxasReport r = parse_ptxas_report(k.log);
-    INFO(k.log);
-    CHECK(r.registers > 0);
-    CHECK(r.spill_store_bytes == 0);
-    CHECK(r.spill_load_bytes == 0);
-    for (const auto& f : scan_ptx_newer_than_sm70(k.ptx)) {
-      INFO("line " << f.line << ": " << f.instruction << " (" << f.why << ")");
-      CHECK(f.why.find("tensor-core") == std::string::npos);  // never in the default family, on any arch
-      CHECK(jobs[i].sm != cmp_sm);                      // nothing newer than sm_70 in the CMP plans
-    }
+    test::check_compiled_kernel(k, jobs[i].sm);  // cmp_sm is 70: the CMP plans' PTX holds nothing newer
     if (jobs[i].sm == cmp_sm) {
       ++cmp_scanned;
       CHECK(k.arch.target_sm == choose_arch(70).target_sm);
