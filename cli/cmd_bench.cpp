@@ -35,6 +35,7 @@ class BenchModel {
   virtual int32_t run(const std::vector<int32_t>& tokens, bool last) = 0;
   virtual int64_t max_step() const = 0;
   virtual std::string backend() const = 0;
+  virtual std::string note() const { return {}; }  // a line under the table
 };
 
 class BackendModel final : public BenchModel {
@@ -68,6 +69,12 @@ class CudaModel final : public BenchModel {
   }
   int64_t max_step() const override { return std::max<int64_t>(1, ex_.plan().max_batch_tokens); }
   std::string backend() const override { return "CUDA " + ex_.device_name(); }
+  std::string note() const override {
+    const runtime::GraphStats g = ex_.graph_stats();
+    return fmt::format("steps: {} decode steps as CUDA graphs ({} captured, {} replayed), {} launched kernel by kernel{}",
+                       g.captured + g.replayed, g.captured, g.replayed, g.eager,
+                       g.disabled_because.empty() ? "" : "; graphs off: " + g.disabled_because);
+  }
   runtime::CudaExecutor& ex() { return ex_; }
 
  private:
@@ -190,6 +197,7 @@ int cmd_bench(int argc, char** argv) {
   for (const auto& t : tests)
     fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | {} | {:.2f} ± {:.2f} |\n", model_name, (double)bytes / (1 << 30),
                (double)params / 1e9, model->backend(), t.name, mean(t.tps), stddev(t.tps));
+  if (const std::string note = model->note(); !note.empty()) fmt::print("\n{}\n", note);
   if (a.has("--json")) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& t : tests)

@@ -24,15 +24,17 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.max_sequences = opt.max_sequences;
   co.force_backend = opt.backend;
   co.max_gpus = 1;  // the runtime runs single-GPU plans (the layer pipeline over several GPUs is not built yet)
+  co.precise_rows = opt.precise_rows;
   return compiler::compile(f, rig, co);
 }
 
 int cmd_compile(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus"},
-         {"--no-precompile"});
+  Args a(argc, argv, 2,
+         {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows"},
+         {"--no-precompile", "--precise"});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
-                     "[--backend cpu|cuda] [--gpus N] [--no-precompile]");
+                     "[--backend cpu|cuda] [--gpus N] [--precise | --precise-rows N] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   gguf::File f = gguf::File::open(a.positional()[0]);
@@ -44,6 +46,9 @@ int cmd_compile(int argc, char** argv) {
   co.force_backend = a.get("--backend");
   co.max_gpus = a.get_int("--gpus", 0);
   if (co.max_gpus < 0) throw UsageError("--gpus must be positive");
+  if (a.has("--precise") && a.has("--precise-rows")) throw UsageError("give --precise or --precise-rows, not both");
+  co.precise_rows = a.has("--precise") ? co.max_batch_tokens : a.get_int("--precise-rows", -1);
+  if (a.has("--precise-rows") && co.precise_rows < 0) throw UsageError("--precise-rows must be >= 0");
   ir::Plan plan = compiler::compile(f, rig, co);
   plan.write(out);
   fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops) for {} on rig '{}'\n", out, out, plan.graph.ops.size(),
@@ -76,6 +81,8 @@ int cmd_inspect(int argc, char** argv) {
   fmt::print("context   {} tokens x {} sequences, {} tokens per step\n", p.context_length, p.max_sequences,
              p.max_batch_tokens);
   fmt::print("gdn       chunk {}, recurrent below {} tokens\n", p.gdn_chunk, p.gdn_recurrent_below);
+  if (p.backend == "cuda")
+    fmt::print("matmuls   two-plane activations up to {} rows per matmul, one plane above\n", p.precise_rows);
   fmt::print("kv cache  {}\n", p.kv_dtype);
   fmt::print("memory    weights {:.1f} MiB, kv {:.1f} KiB/token, state {:.2f} MiB/sequence, activations {:.1f} MiB, "
              "budget {:.1f} MiB\n", mib(p.memory.weight_bytes), (double)p.memory.kv_bytes_per_token / 1024.0,

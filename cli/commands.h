@@ -29,6 +29,7 @@ struct LoadOptions {
   std::string backend;       // "", "cpu", "cuda"
   int64_t context_length = 0;
   int64_t max_sequences = 4;
+  int64_t precise_rows = -1;  // CompileOptions::precise_rows
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
 

@@ -48,7 +48,8 @@ std::string Plan::to_toml() const {
                     {"vocab_real", vocab_real}};
   toml::table decisions{{"context_length", context_length}, {"max_sequences", max_sequences},
                         {"max_batch_tokens", max_batch_tokens}, {"gdn_chunk", gdn_chunk},
-                        {"gdn_recurrent_below", gdn_recurrent_below}, {"kv_dtype", kv_dtype}, {"threads", threads}};
+                        {"gdn_recurrent_below", gdn_recurrent_below}, {"precise_rows", precise_rows},
+                        {"kv_dtype", kv_dtype}, {"threads", threads}};
   toml::table mem{{"weight_bytes", memory.weight_bytes}, {"kv_bytes_per_token", memory.kv_bytes_per_token},
                      {"state_bytes_per_sequence", memory.state_bytes_per_sequence},
                      {"activation_bytes", memory.activation_bytes}, {"budget_bytes", memory.budget_bytes}};
@@ -100,10 +101,12 @@ Plan Plan::read(const std::string& dir) {
   p.max_batch_tokens = need<int64_t>(t, "decisions", "max_batch_tokens", file);
   p.gdn_chunk = need<int64_t>(t, "decisions", "gdn_chunk", file);
   p.gdn_recurrent_below = need<int64_t>(t, "decisions", "gdn_recurrent_below", file);
+  p.precise_rows = need<int64_t>(t, "decisions", "precise_rows", file);
   p.kv_dtype = need<std::string>(t, "decisions", "kv_dtype", file);
   p.threads = need<int64_t>(t, "decisions", "threads", file);
   if (p.context_length <= 0 || p.max_sequences <= 0 || p.max_batch_tokens <= 0 || p.gdn_chunk <= 0)
     throw Error(fmt::format("{}: decisions must be positive", file));
+  if (p.precise_rows < 0) throw Error(fmt::format("{}: decisions.precise_rows must be >= 0", file));
   p.memory.weight_bytes = t["memory"]["weight_bytes"].value_or(int64_t{0});
   p.memory.kv_bytes_per_token = t["memory"]["kv_bytes_per_token"].value_or(int64_t{0});
   p.memory.state_bytes_per_sequence = t["memory"]["state_bytes_per_sequence"].value_or(int64_t{0});

@@ -43,6 +43,9 @@ struct Plan {
   int64_t max_batch_tokens = 0;  // tokens per forward call (prefill chunk)
   int64_t gdn_chunk = 64;      // chunk length of chunked GDN
   int64_t gdn_recurrent_below = 16;  // steps with fewer tokens run the recurrent GDN
+  // GPU matmuls over at most this many activation rows quantize them to two int8 planes (~15 bits: decode is
+  // bound by the weight bytes, so it costs little); larger ones (prefill) to one plane, llama.cpp's numerics.
+  int64_t precise_rows = 0;
   std::string kv_dtype;        // "f32" | "f16"
   int64_t threads = 0;         // cpu threads (0 = all cores)
   int64_t vocab_real = 0;      // tokens that may be sampled

@@ -1,13 +1,15 @@
 // The execution interface the engine drives: a fixed number of sequence slots, each with its own state, and
-// a step that runs new tokens for several slots at once (continuous batching). The CPU reference backend
-// implements it now; the CUDA backend will implement the same interface.
+// a step that runs new tokens for several slots at once (continuous batching). Implemented by the CPU
+// reference backend and the CUDA backend (which can also select sampling candidates on the GPU).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ir/plan.h"
+#include "runtime/sampler.h"
 
 namespace qrig::runtime {
 
@@ -36,6 +38,23 @@ class Backend {
   // Runs every input; returns, in input order, vocab_rows() logits for each input that wants them (an empty
   // vector for the others). Validates everything before changing any state; throws RuntimeError.
   virtual std::vector<std::vector<float>> step(const std::vector<StepInput>& batch) = 0;
+  // Device-side candidate selection for sampling (runtime/sampler.h "Sampling from the best candidates"):
+  // the most candidates per row a backend selects where the logits are; 0 = none (the default).
+  virtual int32_t top_k_max() const { return 0; }
+  // step(), except that an input k wanting logits with select[k].k > 0 may come back as top[k]: the row's
+  // select[k].k best candidates after select[k].sampler's steps 2-3, with logits[k] empty. A row the
+  // candidates cannot decide (Sampler::top_suffices false) comes back as logits. The default: step().
+  struct Select {
+    const Sampler* sampler = nullptr;
+    int32_t k = 0;
+  };
+  virtual std::vector<std::vector<float>> step_select(const std::vector<StepInput>& batch,
+                                                      const std::vector<Select>& select,
+                                                      std::vector<std::optional<TopCandidates>>& top) {
+    (void)select;
+    top.assign(batch.size(), std::nullopt);
+    return step(batch);
+  }
   virtual std::shared_ptr<Snapshot> save(int slot) const = 0;
   virtual void restore(int slot, const Snapshot& snap) = 0;
   virtual int64_t snapshot_bytes() const = 0;

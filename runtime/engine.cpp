@@ -323,9 +323,34 @@ void Engine::run_step() {
       any_prefill = true;
     }
   if (batch.empty()) return;
+  const int64_t n_real = backend_->plan().vocab_real;
+  // Per input wanting logits: the constraint's mask (decided by what was accepted so far), and whether the
+  // backend may select the sampling candidates on its device instead of returning the logits (no mask; a
+  // top_k, or greedy, that its candidates cover, top_logprobs included).
+  std::vector<std::vector<bool>> masks(batch.size());
+  std::vector<char> masked(batch.size(), 0);
+  std::vector<Backend::Select> select(batch.size());
+  const int32_t top_max = backend_->top_k_max();
+  for (size_t k = 0; k < batch.size(); ++k) {
+    if (!batch[k].want_logits) continue;
+    Active& a = *owners[k];
+    try {
+      if (a.req.constraint) {
+        masks[k].assign((size_t)n_real, false);
+        masked[k] = a.req.constraint->allowed(masks[k]);
+      }
+    } catch (const std::exception&) {
+      masked[k] = 2;  // the constraint failed: the sampling below reports it
+    }
+    if (masked[k] || top_max <= 0) continue;
+    const SamplingParams& p = a.sampler->params();
+    const int32_t want = std::max<int32_t>(p.temperature == 0.0f ? 1 : p.top_k, std::max(0, a.req.top_logprobs));
+    if (want <= top_max && a.sampler->can_pick_from_top(want)) select[k] = {a.sampler.get(), want};
+  }
   std::vector<std::vector<float>> logits;
+  std::vector<std::optional<TopCandidates>> top;
   try {
-    logits = backend_->step(batch);
+    logits = backend_->step_select(batch, select, top);
   } catch (const std::exception& e) {
     for (Active* a : owners) {
       finish(*a, Finish::error, e.what());
@@ -334,7 +359,6 @@ void Engine::run_step() {
     return;
   }
   const int64_t V = backend_->vocab_rows();
-  const int64_t n_real = backend_->plan().vocab_real;
   for (size_t k = 0; k < batch.size(); ++k) {
     Active& a = *owners[k];
     a.history.insert(a.history.end(), batch[k].tokens.begin(), batch[k].tokens.end());
@@ -356,18 +380,27 @@ void Engine::run_step() {
     int32_t tok;
     TokenEvent ev;
     try {
-      std::vector<bool> mask;
-      const std::vector<bool>* allowed = nullptr;
-      if (a.req.constraint) {
-        mask.assign((size_t)n_real, false);
-        if (a.req.constraint->allowed(mask)) allowed = &mask;
+      if (masked[k] == 2) {  // ask again, for the error
+        masks[k].assign((size_t)n_real, false);
+        a.req.constraint->allowed(masks[k]);
       }
-      const float* row = logits[k].data();
-      tok = a.sampler->sample(row, (int32_t)V, allowed);
-      ev.token = tok;
-      if (a.req.top_logprobs >= 0) {
-        ev.logprob = a.sampler->logprob(row, (int32_t)V, tok, allowed);
-        if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs(row, (int32_t)V, a.req.top_logprobs, allowed);
+      const std::vector<bool>* allowed = masked[k] ? &masks[k] : nullptr;
+      if (k < top.size() && top[k]) {  // candidates selected on the device: the same draw as from the logits
+        const TopCandidates& c = *top[k];
+        tok = a.sampler->sample_top(c);
+        ev.token = tok;
+        if (a.req.top_logprobs >= 0) {
+          ev.logprob = a.sampler->logprob_top(c, tok);
+          if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs_top(c, a.req.top_logprobs);
+        }
+      } else {
+        const float* row = logits[k].data();
+        tok = a.sampler->sample(row, (int32_t)V, allowed);
+        ev.token = tok;
+        if (a.req.top_logprobs >= 0) {
+          ev.logprob = a.sampler->logprob(row, (int32_t)V, tok, allowed);
+          if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs(row, (int32_t)V, a.req.top_logprobs, allowed);
+        }
       }
       a.sampler->accept(tok);
       if (a.req.constraint) a.req.constraint->accept(tok);

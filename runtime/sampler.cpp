@@ -23,6 +23,21 @@ constexpr int32_t kLanes = 8;
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("sampler: " + what); }
 
+// a * b rounded to float, never fused with the add or subtract that follows (GCC contracts a * b + c into an
+// FMA when the target has one): the device applies the penalties with the same separately rounded
+// operations (runtime/cuda/sampling.h), and the two must agree bit for bit.
+inline float mul_unfused(float a, float b) {
+  volatile float p = a * b;
+  return p;
+}
+
+// Step 3 for one id with count > 0 in the window, x > -inf (see Sampler::adjustments()).
+inline float penalised(float x, int32_t count, const SamplingParams& q) {
+  if (q.repetition_penalty != 1.0f) x = x > 0 ? x / q.repetition_penalty : mul_unfused(x, q.repetition_penalty);
+  x -= mul_unfused(float(count), q.frequency_penalty) + q.presence_penalty;
+  return std::isnan(x) ? kNegInf : x;
+}
+
 struct Candidate {
   float logit;
   int32_t id;
@@ -128,18 +143,36 @@ int32_t Sampler::adjusted_logits(const float* logits, int32_t n_rows, const std:
     for (; i < n; ++i) w[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
   }
   for (const auto& [id, b] : bias_) w[id] = (b == kNegInf) ? kNegInf : w[id] + b;
+  if (penalties_active())
+    for (const auto& [id, count] : counts_)
+      if (w[id] != kNegInf) w[id] = penalised(w[id], count, params_);
+  return n;
+}
+
+bool Sampler::penalties_active() const {
   const SamplingParams& q = params_;
-  const bool penalise = q.repetition_penalty != 1.0f || q.presence_penalty != 0.0f || q.frequency_penalty != 0.0f;
-  if (penalise) {
-    for (const auto& [id, count] : counts_) {
-      float x = w[id];
-      if (x == kNegInf) continue;
-      if (q.repetition_penalty != 1.0f) x = x > 0 ? x / q.repetition_penalty : x * q.repetition_penalty;
-      x -= float(count) * q.frequency_penalty + q.presence_penalty;
-      w[id] = std::isnan(x) ? kNegInf : x;
+  return q.repetition_penalty != 1.0f || q.presence_penalty != 0.0f || q.frequency_penalty != 0.0f;
+}
+
+std::vector<LogitAdjust> Sampler::adjustments() const {
+  std::vector<LogitAdjust> out;
+  out.reserve(bias_.size() + counts_.size());
+  for (const auto& [id, b] : bias_) out.push_back({id, b, 0});
+  if (penalties_active())
+    for (const auto& [id, count] : counts_) out.push_back({id, 0.0f, count});
+  std::sort(out.begin(), out.end(), [](const LogitAdjust& a, const LogitAdjust& b) {
+    return a.id < b.id || (a.id == b.id && a.count < b.count);  // a biased id also counted: bias entry first
+  });
+  size_t m = 0;  // merge the two entries of an id that is both biased and counted
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (m > 0 && out[m - 1].id == out[i].id) {
+      out[m - 1].count = out[i].count;
+    } else {
+      out[m++] = out[i];
     }
   }
-  return n;
+  out.resize(m);
+  return out;
 }
 
 namespace {
@@ -257,6 +290,51 @@ void select_top(const float* w, int32_t n, size_t k, std::vector<Candidate>& c) 
   std::sort(c.begin(), c.end(), Better{});
 }
 
+// p >= min_p * p_max  <=>  logit >= max + log(min_p)
+float min_p_threshold(const SamplingParams& p, float max_logit) {
+  return p.min_p > 0.0f ? max_logit + std::log(p.min_p) : kNegInf;
+}
+
+// pick()'s explicit path, shared with pick_top(): c is a short candidate list sorted by Better (the top_k,
+// or the +inf ids as logit 0), so c.front() holds the maximum. top_p within c, then min_p relative to the
+// maximum, then the draw in id order over exp((x - max) / temperature). Reorders c. -1 when nothing weighs.
+int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double uniform) {
+  if (c.empty()) return -1;
+  const float max_logit = c.front().logit;
+  const float inv_t = 1.0f / p.temperature;
+  if (p.top_p < 1.0f && c.size() > 1) {
+    double z = 0;
+    for (const Candidate& x : c) z += std::exp(x.logit - max_logit);
+    const double target = double(p.top_p) * z;
+    double cum = 0;
+    size_t cut = c.size();
+    for (size_t i = 0; i < c.size(); ++i) {
+      cum += std::exp(c[i].logit - max_logit);
+      if (cum >= target) {
+        cut = i + 1;
+        break;
+      }
+    }
+    c.resize(cut);
+  }
+  const float min_logit = min_p_threshold(p, max_logit);
+  std::erase_if(c, [&](const Candidate& x) { return x.logit < min_logit; });
+  std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  double total = 0;
+  for (const Candidate& x : c) total += std::exp((x.logit - max_logit) * inv_t);
+  const double target = uniform * total;
+  double acc = 0;
+  int32_t last = -1;
+  for (const Candidate& x : c) {
+    const float wx = std::exp((x.logit - max_logit) * inv_t);
+    if (wx <= 0.0f) continue;
+    acc += wx;
+    last = x.id;
+    if (target < acc) return x.id;
+  }
+  return last;
+}
+
 }  // namespace
 
 int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const std::vector<bool>* allowed) const {
@@ -268,56 +346,24 @@ int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const
   if (st.n_cand == 0) no_candidate(allowed, n);
   if (params_.temperature == 0.0f)  // greedy: the first (lowest) id holding the maximum
     return int32_t(std::find(w, w + n, st.max) - w);
-  float max_logit = st.max;
+  const float max_logit = st.max;
   const int32_t n_cand = st.n_cand, n_pos_inf = st.n_pos_inf;
   const float inv_t = 1.0f / params_.temperature;
-  // p >= min_p * p_max  <=>  logit >= max + log(min_p)
-  auto min_p_threshold = [&] { return params_.min_p > 0.0f ? max_logit + std::log(params_.min_p) : kNegInf; };
 
   // Explicit path: a short candidate list (the +inf ids, or the top_k), sorted by Better.
   const int32_t k = params_.top_k;
   if (n_pos_inf > 0 || (k > 0 && k < n_cand)) {
     std::vector<Candidate>& c = scratch.cands;
     c.clear();
-    if (n_pos_inf > 0) {  // +inf dominates everything else: uniform among the +inf ids
+    if (n_pos_inf > 0) {  // +inf dominates everything else: uniform among the +inf ids (as logit 0)
       for (int32_t i = 0; i < n; ++i)
         if (w[i] == kPosInf) c.push_back({0.0f, i});
-      max_logit = 0.0f;
     } else {
       select_top(w, n, size_t(k), c);
     }
-    if (params_.top_p < 1.0f && c.size() > 1) {
-      double z = 0;
-      for (const Candidate& x : c) z += std::exp(x.logit - max_logit);
-      const double target = double(params_.top_p) * z;
-      double cum = 0;
-      size_t cut = c.size();
-      for (size_t i = 0; i < c.size(); ++i) {
-        cum += std::exp(c[i].logit - max_logit);
-        if (cum >= target) {
-          cut = i + 1;
-          break;
-        }
-      }
-      c.resize(cut);
-    }
-    const float min_logit = min_p_threshold();
-    std::erase_if(c, [&](const Candidate& x) { return x.logit < min_logit; });
-    std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
-    double total = 0;
-    for (const Candidate& x : c) total += std::exp((x.logit - max_logit) * inv_t);
-    const double target = uniform * total;
-    double acc = 0;
-    int32_t last = -1;
-    for (const Candidate& x : c) {
-      const float wx = std::exp((x.logit - max_logit) * inv_t);
-      if (wx <= 0.0f) continue;
-      acc += wx;
-      last = x.id;
-      if (target < acc) return x.id;
-    }
-    if (last < 0) no_candidate(allowed, n);  // unreachable: the maximum weighs 1
-    return last;
+    const int32_t id = draw_explicit(c, params_, uniform);
+    if (id < 0) no_candidate(allowed, n);  // unreachable: the maximum weighs 1
+    return id;
   }
 
   // Implicit path over the whole vocabulary: survivors are the candidates better than (or equal to) the
@@ -363,7 +409,7 @@ int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const
     }
   }
   const bool reuse = params_.top_p < 1.0f && n_cand > 1 && params_.temperature == 1.0f;
-  const float min_logit = min_p_threshold();
+  const float min_logit = min_p_threshold(params_, max_logit);
   // Branch-free selection: whether an id survives is data-dependent and would mispredict.
   float* wt = weight.data();
   for (int32_t i = 0; i < n; ++i) {
@@ -433,6 +479,78 @@ std::vector<Sampler::TopLogprob> Sampler::top_logprobs(const float* logits, int3
   out.reserve(m);
   for (size_t i = 0; i < m; ++i) out.push_back({c[i].id, logprob_of(c[i].logit, norm)});
   return out;
+}
+
+bool Sampler::can_pick_from_top(int32_t k_fetched) const {
+  if (params_.temperature == 0.0f) return k_fetched >= 1;
+  return params_.top_k > 0 && params_.top_k <= k_fetched;
+}
+
+bool Sampler::top_suffices(const TopCandidates& c) const {
+  if (c.n_cand <= 0 || c.n_pos_inf > 0 || c.top.empty()) return false;
+  if (params_.temperature == 0.0f) return true;
+  const int32_t k = params_.top_k;
+  return k > 0 && k < c.n_cand && c.top.size() >= size_t(k);
+}
+
+int32_t Sampler::pick_top(const TopCandidates& t, double uniform) const {
+  if (!(uniform >= 0.0 && uniform < 1.0)) bad("the uniform draw must be in [0, 1)");
+  if (!top_suffices(t)) bad("the fetched candidates do not decide this draw: sample from the full logits");
+  if (params_.temperature == 0.0f) return t.top.front().second;  // the lowest id holding the maximum
+  std::vector<Candidate>& c = scratch.cands;
+  c.clear();
+  for (size_t i = 0; i < size_t(params_.top_k); ++i) c.push_back({t.top[i].first, t.top[i].second});
+  const int32_t id = draw_explicit(c, params_, uniform);
+  if (id < 0) throw std::runtime_error("sampler: no token can be sampled from the fetched candidates");
+  return id;
+}
+
+int32_t Sampler::sample_top(const TopCandidates& c) {
+  double u = params_.temperature == 0.0f ? 0.0 : next_uniform();
+  return pick_top(c, u);
+}
+
+float Sampler::logprob_top(const TopCandidates& c, int32_t id) const {
+  if (id < 0 || id >= n_real_vocab_)
+    bad("logprob token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(n_real_vocab_) + ")");
+  const LogNorm norm{c.max, c.lse, c.n_pos_inf};
+  for (const auto& [x, i] : c.top)
+    if (i == id) return logprob_of(x, norm);
+  if (c.top.size() >= size_t(std::max(c.n_cand, 0))) return kNegInf;  // every candidate is listed
+  bad("logprob of token " + std::to_string(id) + ": not among the " + std::to_string(c.top.size()) +
+      " fetched candidates");
+}
+
+std::vector<Sampler::TopLogprob> Sampler::top_logprobs_top(const TopCandidates& c, int32_t n_top) const {
+  if (n_top < 0) bad("top_logprobs count must be >= 0, got " + std::to_string(n_top));
+  std::vector<TopLogprob> out;
+  if (n_top == 0 || c.max == kNegInf || c.n_cand <= 0) return out;
+  const size_t m = size_t(std::min(n_top, c.n_cand));
+  if (m > c.top.size())
+    bad(std::to_string(n_top) + " top log-probabilities need more than the " + std::to_string(c.top.size()) +
+        " fetched candidates");
+  const LogNorm norm{c.max, c.lse, c.n_pos_inf};
+  out.reserve(m);
+  for (size_t i = 0; i < m; ++i) out.push_back({c.top[i].second, logprob_of(c.top[i].first, norm)});
+  return out;
+}
+
+TopCandidates Sampler::top_candidates(const float* logits, int32_t n_rows, int32_t k) const {
+  if (k < 0) bad("the candidate count must be >= 0, got " + std::to_string(k));
+  const int32_t n = adjusted_logits(logits, n_rows, nullptr, scratch.work);
+  const float* w = scratch.work.data();
+  const Stats st = stats_of(w, n);
+  const LogNorm norm = log_norm(w, n);
+  TopCandidates t;
+  t.n_cand = st.n_cand;
+  t.n_pos_inf = st.n_pos_inf;
+  t.max = norm.max;
+  t.lse = norm.lse;
+  std::vector<Candidate>& c = scratch.cands;
+  select_top(w, n, size_t(k), c);
+  t.top.reserve(c.size());
+  for (const Candidate& x : c) t.top.emplace_back(x.logit, x.id);
+  return t;
 }
 
 }  // namespace qrig::runtime

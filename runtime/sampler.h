@@ -16,10 +16,21 @@
 //      keeps the smallest set of most likely ids (ties: lower id first) whose mass reaches top_p. The draw
 //      walks the surviving ids in id order: the first whose cumulative weight exceeds uniform * total.
 // A +inf logit makes the +inf ids the only candidates (uniform among them). No candidate left -> throws.
+//
+// Sampling from the best candidates only (GPU top-k, runtime/cuda/sampling.h): steps 1-3 and the selection
+// of the K best candidates can run where the logits are, so that only K (logit, id) pairs per row and a few
+// statistics (TopCandidates) reach the host. Step 1's mask is not part of that path (a masked request
+// samples from the full logits). The device applies adjustments() and the penalties of params() with the
+// float operations of steps 2-3; top_candidates() is its host reference. When can_pick_from_top(K) and,
+// per row, top_suffices() hold, pick_top() returns exactly what pick() returns on the full logits: the
+// greedy argmax, or the explicit top_k path (top_p within the k, min_p, the draw in id order), which both
+// share one definition. Otherwise (no top_k, +inf logits, no more candidates than top_k, no candidate at
+// all) the caller falls back to the full logits.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <random>
 #include <unordered_map>
@@ -52,6 +63,26 @@ struct SamplingParams {
   // whole accepted history, like vLLM's presence penalty over the generated text): accept() only
   // generated tokens to match vLLM, or the prompt too to penalise prompt tokens as well.
   static SamplingParams qwen_defaults(bool thinking);
+};
+
+// One id whose logit steps 2-3 change: its summed logit_bias (0 = none, -inf = banned) and its count in
+// the penalty window (0 = none; listed only while penalties are active).
+struct LogitAdjust {
+  int32_t id;
+  float bias;
+  int32_t count;
+};
+
+// The K best candidates of one row after steps 1-3 (without a mask) and the statistics the host needs to
+// finish sampling and log-probabilities from them.
+struct TopCandidates {
+  // (adjusted logit, id), best first: larger logit first, then lower id; min(K, n_cand) entries. A zero
+  // logit may be reported as +0 where the host computed -0 (they compare equal and weigh the same).
+  std::vector<std::pair<float, int32_t>> top;
+  int32_t n_cand = 0;     // ids 0 .. n_real_vocab-1 whose adjusted logit is > -inf (NaN counts as -inf)
+  int32_t n_pos_inf = 0;  // ... of which +inf
+  float max = -std::numeric_limits<float>::infinity();  // the largest adjusted logit (-inf: no candidate)
+  double lse = 0;         // log(sum exp(x)) over the candidates when max is finite, else 0
 };
 
 class Sampler {
@@ -90,6 +121,38 @@ class Sampler {
 
   const SamplingParams& params() const { return params_; }
   int32_t n_real_vocab() const { return n_real_vocab_; }
+
+  // --- Sampling from the best candidates (see the top of this file) ---
+  // Whether step 3's penalties change anything (repetition != 1, presence or frequency != 0).
+  bool penalties_active() const;
+  // The ids steps 2-3 change, sorted by id, each once: the union of the logit_bias ids and (while
+  // penalties_active()) the ids of the penalty window. The device applies, per listed id, in this order:
+  // bias (-inf bans, else x + bias), then if count > 0 and x != -inf: repetition (x > 0 ? x / r : x * r)
+  // if r != 1, then x - (float(count) * frequency + presence), each operation rounded to float (no fused
+  // multiply-add), NaN -> -inf; and NaN -> -inf for every logit before that.
+  std::vector<LogitAdjust> adjustments() const;
+  // Whether a row's K = k_fetched best candidates can decide the draw: greedy (temperature 0, K >= 1), or
+  // 0 < top_k <= K. A request that also wants top_logprobs n fetches K = max(top_k, n) (greedy: max(1, n))
+  // and reads them with top_logprobs_top(). Masked requests (allowed) never take this path.
+  bool can_pick_from_top(int32_t k_fetched) const;
+  // Per row, after the fetch: false when the row needs the full logits after all: no candidate, a +inf
+  // logit, or (not greedy) no more candidates than top_k (pick() would take its implicit path), or fewer
+  // than top_k candidates fetched.
+  bool top_suffices(const TopCandidates& c) const;
+  // pick() on the full logits, from the row's best candidates (bit-identical when top_suffices(c));
+  // throws std::invalid_argument when !top_suffices(c) or uniform is outside [0, 1).
+  int32_t pick_top(const TopCandidates& c, double uniform) const;
+  // sample() from the best candidates: draws the uniform as sample() does (none when greedy).
+  int32_t sample_top(const TopCandidates& c);
+  // logprob() / top_logprobs() from the candidates: the same log-softmax with c.lse as the normaliser
+  // (equal to the full-logits functions up to the float rounding of a normaliser summed in another order,
+  // ~1e-6). logprob_top of an id missing from c.top is -inf when c.top holds every candidate and throws
+  // std::invalid_argument otherwise (unknown); top_logprobs_top throws when n needs more than was fetched.
+  float logprob_top(const TopCandidates& c, int32_t id) const;
+  std::vector<TopLogprob> top_logprobs_top(const TopCandidates& c, int32_t n) const;
+  // The host reference of the device selection: steps 1-3 (no mask) on logits (n_rows >= n_real_vocab
+  // values), then the k best candidates and the statistics.
+  TopCandidates top_candidates(const float* logits, int32_t n_rows, int32_t k) const;
 
  private:
   // Steps 1-3 into out (n_real_vocab values; -inf = not a candidate). Returns n_real_vocab.

@@ -13,9 +13,14 @@
 // then span 1 KiB per instruction: twice the L1 wavefronts per byte, measured slower from 8 tokens up.) The
 // C x R per-lane sums are reduced by butterflies in a fixed order (deterministic); lane 0 writes. Tokens past
 // n_tokens are computed on a clamped token and not written; rows past n_rows likewise (the last warp).
-// Variant: gemm_q8_0_dp4a_skinny_c<C>_r<R>_u<U>_t<T>; C and R powers of two, C*R <= 64.
+// Two activation planes (P = 2: xq2 holds the residual of xq on the step xd/254, x = xd * (xq + xq2/254)):
+// per token the matching 16 bytes of xq2 are read too, 4 more dp4a per (row, token) into a second
+// magic-started sum, and the two combine per 16-byte piece as v = fmaf(s2, 1/254, s1) (exact conversions),
+// then acc = fmaf(v * wd, xd, acc). With P = 1 nothing of the second plane is compiled in.
+// Variant: gemm_q8_0_dp4a_skinny_p<P>_c<C>_r<R>_u<U>_t<T>; C and R powers of two, C*R <= 64.
 // Grid: ceil(n_rows / (R * T/32)).
-// Arguments: wq, wd, xq, xd, y, k (a multiple of 32), n_rows, n_tokens (1 <= n_tokens <= C).
+// Arguments: wq, wd, xq, xd, xq2 (P = 2, laid out like xq; else unused), y, k (a multiple of 32), n_rows,
+// n_tokens (1 <= n_tokens <= C).
 #include "qrig_common.cuh"
 
 static_assert(QRIG_COLS >= 1 && QRIG_COLS <= 16 && (QRIG_COLS & (QRIG_COLS - 1)) == 0,
@@ -25,16 +30,18 @@ static_assert(QRIG_ROWS >= 1 && QRIG_ROWS <= 8 && (QRIG_ROWS & (QRIG_ROWS - 1)) 
 static_assert(QRIG_COLS * QRIG_ROWS <= 64, "gemm_q8_0_dp4a_skinny: C * R sums per lane at most 64 (registers)");
 static_assert(QRIG_UNROLL >= 1 && QRIG_UNROLL <= 8, "gemm_q8_0_dp4a_skinny: U in 1..8");
 static_assert(QRIG_THREADS % 32 == 0 && QRIG_THREADS <= 1024, "gemm_q8_0_dp4a_skinny: bad block size");
+static_assert(QRIG_PLANES == 1 || QRIG_PLANES == 2, "gemm_q8_0_dp4a_skinny: 1 or 2 activation planes");
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gemm_q8_0_dp4a_skinny(const signed char* __restrict__ wq, const unsigned short* __restrict__ wd,
-                      const signed char* __restrict__ xq, const float* __restrict__ xd, float* __restrict__ y,
-                      int k, int n_rows, int n_tokens) {
-  constexpr int C = QRIG_COLS, R = QRIG_ROWS, U = QRIG_UNROLL, T = QRIG_THREADS;
+                      const signed char* __restrict__ xq, const float* __restrict__ xd,
+                      const signed char* __restrict__ xq2, float* __restrict__ y, int k, int n_rows, int n_tokens) {
+  constexpr int C = QRIG_COLS, R = QRIG_ROWS, U = QRIG_UNROLL, T = QRIG_THREADS, P = QRIG_PLANES;
   constexpr int WARPS = T / 32;
   constexpr int V = C * R;  // sums per lane: index c * R + r
   constexpr int MAGIC = 0x4B400000;
   constexpr float MAGIC_F = 12582912.0f;
+  constexpr float INV254 = 1.0f / 254.0f;  // the second plane's step, relative to xd
   const int NB = k >> 5;  // Q8_0 blocks per row (k is a multiple of 32: rows are 16-byte aligned)
 
   const int lane = threadIdx.x & 31;
@@ -49,11 +56,13 @@ gemm_q8_0_dp4a_skinny(const signed char* __restrict__ wq, const unsigned short* 
     srow[r] = wd + row * NB;
   }
   const int4* xrow[C];  // token rows (clamped), so the loop only adds the vector index
+  const int4* xrow2[P == 2 ? C : 1];
   const float* drow[C];
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const size_t t = (size_t)min(c, n_tokens - 1);
     xrow[c] = reinterpret_cast<const int4*>(xq + t * k);
+    if constexpr (P == 2) xrow2[c] = reinterpret_cast<const int4*>(xq2 + t * k);
     drow[c] = xd + t * NB;
   }
   float acc[V];
@@ -72,13 +81,31 @@ gemm_q8_0_dp4a_skinny(const signed char* __restrict__ wq, const unsigned short* 
     for (int c = 0; c < C; ++c) {
       const int4 a = __ldg(xrow[c] + v);
       const float ad = __ldg(drow[c] + (v >> 1));
+      if constexpr (P == 1) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        int m = qrig_dot4(w[r].x, a.x, MAGIC);
-        m = qrig_dot4(w[r].y, a.y, m);
-        m = qrig_dot4(w[r].z, a.z, m);
-        m = qrig_dot4(w[r].w, a.w, m);
-        acc[c * R + r] = fmaf(fmaf(__int_as_float(m), wf[r], bias[r]), ad, acc[c * R + r]);
+        for (int r = 0; r < R; ++r) {
+          int m = qrig_dot4(w[r].x, a.x, MAGIC);
+          m = qrig_dot4(w[r].y, a.y, m);
+          m = qrig_dot4(w[r].z, a.z, m);
+          m = qrig_dot4(w[r].w, a.w, m);
+          acc[c * R + r] = fmaf(fmaf(__int_as_float(m), wf[r], bias[r]), ad, acc[c * R + r]);
+        }
+      } else {
+        const int4 a2 = __ldg(xrow2[c] + v);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          int m = qrig_dot4(w[r].x, a.x, MAGIC);
+          m = qrig_dot4(w[r].y, a.y, m);
+          m = qrig_dot4(w[r].z, a.z, m);
+          m = qrig_dot4(w[r].w, a.w, m);
+          int m2 = qrig_dot4(w[r].x, a2.x, MAGIC);
+          m2 = qrig_dot4(w[r].y, a2.y, m2);
+          m2 = qrig_dot4(w[r].z, a2.z, m2);
+          m2 = qrig_dot4(w[r].w, a2.w, m2);
+          // s1 + s2/254 (the sums exactly as floats: |s| <= 2^18), then the scales as with one plane.
+          const float s = fmaf(__int_as_float(m2) - MAGIC_F, INV254, __int_as_float(m) - MAGIC_F);
+          acc[c * R + r] = fmaf(s * wf[r], ad, acc[c * R + r]);
+        }
       }
     }
   };

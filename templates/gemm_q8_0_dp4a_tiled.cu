@@ -26,11 +26,21 @@
 // 1: per group, then the groups in order): deterministic, and a (row, token)'s result depends on nothing but
 // SK and, when SK > 1, KB (which blocks each group takes): identical across the other tile parameters and T.
 //
+// Two activation planes (P = 2, the precise matmuls: xq2 holds the residual of xq on the step xd/254, so
+// x = xd * (xq + xq2/254)): the second plane is staged like the first, in its own pair of K-interleaved token
+// tiles, and each k4 word of the weights feeds a second dp4a against it into a second magic-started sum s2;
+// per 32-block and output the sums combine as v = fmaf(s2, 1/254, s1) (both converted exactly: subtracting
+// the magic constant) and acc = fmaf(v * wd, xd, acc): 5 float instructions per 16 dp4a instead of 2 per 8.
+// Shared memory grows by the second plane's tiles (2 * K4 * SB words) and each thread holds TN*TT more ints:
+// the tilings that fit 48 KiB and their occupancy differ from P = 1 (gemm.cpp). With P = 1 the code is the
+// one-plane kernel: nothing of the second plane is compiled in.
+//
 // Rows past n_rows and tokens past n_tokens are computed on clamped (valid) rows and not written. y rows
 // are written with 16-byte stores when n_rows % 4 == 0 (y 16-byte aligned), else one float at a time.
-// Variant: gemm_q8_0_dp4a_tiled_bn<BN>_bt<BT>_tn<TN>_tt<TT>_kb<KB>_sk<SK>_t<THREADS>,
+// Variant: gemm_q8_0_dp4a_tiled_p<P>_bn<BN>_bt<BT>_tn<TN>_tt<TT>_kb<KB>_sk<SK>_t<THREADS>,
 // THREADS = SK*(BN/TN)*(BT/TT).  Grid: (ceil(n_tokens / BT), ceil(n_rows / BN)).
-// Arguments: wq, wd, xq, xd, y, k (a multiple of 32*KB*SK), n_rows, n_tokens.
+// Arguments: wq, wd, xq, xd, xq2 (P = 2, laid out like xq; else unused), y, k (a multiple of 32*KB*SK),
+// n_rows, n_tokens.
 #include "qrig_common.cuh"
 
 static_assert(QRIG_TN % 4 == 0 && QRIG_TT % 4 == 0, "gemm_q8_0_dp4a_tiled: thread tile sides are multiples of 4");
@@ -39,17 +49,20 @@ static_assert(QRIG_BN % (8 * QRIG_TN) == 0 && QRIG_BT % (4 * QRIG_TT) == 0,
 static_assert(QRIG_SK * (QRIG_BN / QRIG_TN) * (QRIG_BT / QRIG_TT) == QRIG_THREADS,
               "gemm_q8_0_dp4a_tiled: THREADS must be SK*(BN/TN)*(BT/TT)");
 static_assert(QRIG_KB >= 1 && QRIG_KB <= 2 && QRIG_SK >= 1 && QRIG_SK <= 8, "gemm_q8_0_dp4a_tiled: KB in 1..2, SK in 1..8");
+static_assert(QRIG_PLANES == 1 || QRIG_PLANES == 2, "gemm_q8_0_dp4a_tiled: 1 or 2 activation planes");
 
 namespace {
 constexpr int BN = QRIG_BN, BT = QRIG_BT, TN = QRIG_TN, TT = QRIG_TT, KB = QRIG_KB, SK = QRIG_SK;
-constexpr int THREADS = QRIG_THREADS;
+constexpr int THREADS = QRIG_THREADS, P = QRIG_PLANES;
 constexpr int GROUP = THREADS / SK;       // threads per K slice
 constexpr int KBS = KB * SK;              // Q8_0 blocks per stage
 constexpr int K4 = KBS * 8;               // 32-bit words of K per stage
 constexpr int SA = BN + 4, SB = BT + 4;   // padded strides (words) of the K-interleaved tiles
-// Shared memory, in words: two stages of [K4][SA] weights, [K4][SB] tokens, [KBS][BN] and [KBS][BT] scales;
-// after the main loop the tile area holds the sums of groups 1..SK-1.
-constexpr int OFF_B = 2 * K4 * SA, OFF_WD = OFF_B + 2 * K4 * SB, OFF_XD = OFF_WD + 2 * KBS * BN;
+// Shared memory, in words: two stages of [K4][SA] weights, [K4][SB] tokens (per plane: P = 2 has a second
+// [2][K4][SB] at OFF_B2), [KBS][BN] and [KBS][BT] scales; after the main loop the tile area holds the sums of
+// groups 1..SK-1.
+constexpr int OFF_B = 2 * K4 * SA, OFF_B2 = OFF_B + 2 * K4 * SB, OFF_WD = OFF_B2 + (P - 1) * 2 * K4 * SB;
+constexpr int OFF_XD = OFF_WD + 2 * KBS * BN;
 constexpr int SMEM_WORDS = OFF_XD + 2 * KBS * BT;
 static_assert(SMEM_WORDS * 4 <= 48 * 1024, "gemm_q8_0_dp4a_tiled: two stages must fit 48 KiB of static shared memory");
 static_assert((SK - 1) * BN * BT <= OFF_WD, "gemm_q8_0_dp4a_tiled: the slice sums must fit the tile area");
@@ -57,8 +70,8 @@ static_assert((SK - 1) * BN * BT <= OFF_WD, "gemm_q8_0_dp4a_tiled: the slice sum
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* __restrict__ wd,
-                     const signed char* __restrict__ xq, const float* __restrict__ xd, float* __restrict__ y,
-                     int k, int n_rows, int n_tokens) {
+                     const signed char* __restrict__ xq, const float* __restrict__ xd,
+                     const signed char* __restrict__ xq2, float* __restrict__ y, int k, int n_rows, int n_tokens) {
   constexpr int QA = BN * 2 * KBS;        // 16-byte chunks per stage: rows x half-blocks
   constexpr int QB = BT * 2 * KBS;
   constexpr int LA = (QA + THREADS - 1) / THREADS;  // chunks loaded per thread
@@ -69,10 +82,12 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
   constexpr int WARPS_N = BN / WN;
   constexpr int MAGIC = 0x4B400000;        // 1.5 * 2^23 as float bits
   constexpr float MAGIC_F = 12582912.0f;
+  constexpr float INV254 = 1.0f / 254.0f;  // the second plane's step, relative to xd
 
   __shared__ __align__(16) int smem[SMEM_WORDS];
   int* const sA = smem;                                       // [2][K4][SA]
   int* const sB = smem + OFF_B;                               // [2][K4][SB]
+  int* const sB2 = smem + OFF_B2;                             // [2][K4][SB], P = 2 only
   float* const sWd = reinterpret_cast<float*>(smem + OFF_WD);  // [2][KBS][BN]
   float* const sXd = reinterpret_cast<float*>(smem + OFF_XD);  // [2][KBS][BT]
 
@@ -85,6 +100,9 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
   // Global sources of this thread's chunks and scales (rows / tokens clamped to valid ones).
   const int4* ga[LA];
   const int4* gb[LB];
+#if QRIG_PLANES == 2  // (the preprocessor: these exist only with two planes, and the lambdas below use them)
+  const int4* gb2[LB];
+#endif
   const unsigned short* gwd[LWD];
   const float* gxd[LXD];
 #pragma unroll
@@ -98,6 +116,9 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
     const int idx = min(tid + i * THREADS, QB - 1);
     const int t = min(tok0 + idx / (2 * KBS), n_tokens - 1);
     gb[i] = reinterpret_cast<const int4*>(xq + (size_t)t * k) + idx % (2 * KBS);
+#if QRIG_PLANES == 2
+    gb2[i] = reinterpret_cast<const int4*>(xq2 + (size_t)t * k) + idx % (2 * KBS);
+#endif
   }
 #pragma unroll
   for (int i = 0; i < LWD; ++i) {
@@ -111,6 +132,9 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
   }
 
   int4 ra[LA], rb[LB];
+#if QRIG_PLANES == 2
+  int4 rb2[LB];
+#endif
   unsigned short rwd[LWD];
   float rxd[LXD];
   auto load_stage = [&](int s) {
@@ -118,6 +142,10 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
     for (int i = 0; i < LA; ++i) ra[i] = __ldg(ga[i] + s * 2 * KBS);
 #pragma unroll
     for (int i = 0; i < LB; ++i) rb[i] = __ldg(gb[i] + s * 2 * KBS);
+#if QRIG_PLANES == 2
+#pragma unroll
+    for (int i = 0; i < LB; ++i) rb2[i] = __ldg(gb2[i] + s * 2 * KBS);
+#endif
 #pragma unroll
     for (int i = 0; i < LWD; ++i) rwd[i] = __ldg(gwd[i] + s * KBS);
 #pragma unroll
@@ -145,6 +173,13 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
         dst[SB] = rb[i].y;
         dst[2 * SB] = rb[i].z;
         dst[3 * SB] = rb[i].w;
+#if QRIG_PLANES == 2
+        int* dst2 = dst + (OFF_B2 - OFF_B);
+        dst2[0] = rb2[i].x;
+        dst2[SB] = rb2[i].y;
+        dst2[2 * SB] = rb2[i].z;
+        dst2[3 * SB] = rb2[i].w;
+#endif
       }
     }
 #pragma unroll
@@ -183,6 +218,7 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
     for (int b = 0; b < KB; ++b) {
       const int blk = group * KB + b;  // block of the stage this group computes
       int si[TN][TT];
+      int si2[P == 2 ? TN : 1][P == 2 ? TT : 1];  // the second plane's sums
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const int k4 = blk * 8 + kk;
@@ -207,6 +243,20 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
         for (int i = 0; i < TN; ++i)
 #pragma unroll
           for (int j = 0; j < TT; ++j) si[i][j] = qrig_dot4(a[i], x[j], kk == 0 ? MAGIC : si[i][j]);
+        if constexpr (P == 2) {
+#pragma unroll
+          for (int c = 0; c < TT / 4; ++c) {
+            const int4 v = *reinterpret_cast<const int4*>(sB2 + (buf * K4 + k4) * SB + b_off + 16 * c);
+            x[4 * c + 0] = v.x;
+            x[4 * c + 1] = v.y;
+            x[4 * c + 2] = v.z;
+            x[4 * c + 3] = v.w;
+          }
+#pragma unroll
+          for (int i = 0; i < TN; ++i)
+#pragma unroll
+            for (int j = 0; j < TT; ++j) si2[i][j] = qrig_dot4(a[i], x[j], kk == 0 ? MAGIC : si2[i][j]);
+        }
       }
       float w[TN], d[TT];
 #pragma unroll
@@ -225,12 +275,23 @@ gemm_q8_0_dp4a_tiled(const signed char* __restrict__ wq, const unsigned short* _
         d[4 * c + 2] = v.z;
         d[4 * c + 3] = v.w;
       }
+      if constexpr (P == 1) {
 #pragma unroll
-      for (int i = 0; i < TN; ++i) {
-        const float bias = -MAGIC_F * w[i];  // exact: w is an fp16 value
+        for (int i = 0; i < TN; ++i) {
+          const float bias = -MAGIC_F * w[i];  // exact: w is an fp16 value
 #pragma unroll
-        for (int j = 0; j < TT; ++j)
-          acc[i][j] = fmaf(fmaf(__int_as_float(si[i][j]), w[i], bias), d[j], acc[i][j]);
+          for (int j = 0; j < TT; ++j)
+            acc[i][j] = fmaf(fmaf(__int_as_float(si[i][j]), w[i], bias), d[j], acc[i][j]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < TN; ++i)
+#pragma unroll
+          for (int j = 0; j < TT; ++j) {
+            // s1 + s2/254 (the sums exactly as floats: |s| <= 2^19), then the scales as with one plane.
+            const float v = fmaf(__int_as_float(si2[i][j]) - MAGIC_F, INV254, __int_as_float(si[i][j]) - MAGIC_F);
+            acc[i][j] = fmaf(v * w[i], d[j], acc[i][j]);
+          }
       }
     }
     if (s + 1 < STAGES) store_stage(buf ^ 1);

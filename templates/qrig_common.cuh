@@ -64,17 +64,23 @@ __device__ __forceinline__ float qrig_warp_max(float v) {
   return v;
 }
 
-// Sum over the block (threads = T, a multiple of 32); every thread gets the result. Deterministic: warp
-// butterflies, then the warp sums added in warp order. `scratch` holds T/32 floats of shared memory; the
-// function synchronises before returning, so scratch may be reused afterwards.
-template <int T>
-__device__ __forceinline__ float qrig_block_sum(float v, float* scratch) {
-  v = qrig_warp_sum(v);
+// Sum over the block (threads = T, a multiple of 32) of a float, int or double; every thread gets the
+// result. Deterministic: warp butterflies, then the warp sums added in warp order. `scratch` holds T/32
+// values of shared memory; the function synchronises before returning, so scratch may be reused afterwards.
+template <int T, class V>
+__device__ __forceinline__ V qrig_block_add(V v, V* scratch) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(QRIG_FULL_MASK, v, m);
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
-  float s = 0.0f;
+  V s = 0;
 #pragma unroll
   for (int w = 0; w < T / 32; ++w) s += scratch[w];
   __syncthreads();
   return s;
+}
+
+template <int T>
+__device__ __forceinline__ float qrig_block_sum(float v, float* scratch) {
+  return qrig_block_add<T, float>(v, scratch);
 }

@@ -187,10 +187,15 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
     } else if (s.kind == "matmul") {
       if (emulate_dp4a_) {
         const int64_t n = rows_out * s.w.in;
-        std::vector<int8_t> q((size_t)n);
+        const bool two = rows_out <= emulate_precise_rows_;
+        std::vector<int8_t> q((size_t)n), q2(two ? (size_t)n : 0);
         std::vector<float> d((size_t)(n / 32)), xq((size_t)n);
-        cpu::quantize_q8_activation(val(s.args[0]), n, q.data(), d.data());
-        for (int64_t i = 0; i < n; ++i) xq[(size_t)i] = (float)q[(size_t)i] * d[(size_t)(i / 32)];
+        cpu::quantize_q8_activation(val(s.args[0]), n, q.data(), d.data(), two ? q2.data() : nullptr);
+        for (int64_t i = 0; i < n; ++i) {
+          const float db = d[(size_t)(i / 32)];
+          xq[(size_t)i] = two ? db * std::fma((float)q2[(size_t)i], 1.0f / 254.0f, (float)q[(size_t)i])
+                              : (float)q[(size_t)i] * db;
+        }
         cpu::matmul(s.w, xq.data(), rows_out, out);
       } else {
         cpu::matmul(s.w, val(s.args[0]), rows_out, out);

@@ -44,10 +44,14 @@ class CpuExecutor {
   int64_t vocab_rows() const { return vocab_rows_; }
 
   // Computes what the CUDA dp4a family computes, on the CPU: every matmul input quantized to int8 per 32
-  // values (cpu::quantize_q8_activation) and keys/values rounded to fp16 as the GPU's KV cache stores them.
-  // The fp32 reference stays the default; this shows how much of a GPU/reference difference is the family's
-  // numerics rather than a kernel (qrig verify --emulate-dp4a).
-  void emulate_dp4a_numerics(bool on) { emulate_dp4a_ = on; }
+  // values (cpu::quantize_q8_activation; two planes for matmuls of at most precise_rows rows, as a CUDA plan's
+  // precise_rows says) and keys/values rounded to fp16 as the GPU's KV cache stores them. The fp32 reference
+  // stays the default; this shows how much of a GPU/reference difference is the family's numerics rather than
+  // a kernel (qrig verify --emulate-dp4a).
+  void emulate_dp4a_numerics(bool on, int64_t precise_rows = 0) {
+    emulate_dp4a_ = on;
+    emulate_precise_rows_ = precise_rows;
+  }
 
  private:
   struct Step;
@@ -58,6 +62,7 @@ class CpuExecutor {
   int64_t n_values_ = 0;
   int64_t vocab_rows_ = 0;
   bool emulate_dp4a_ = false;
+  int64_t emulate_precise_rows_ = 0;
  public:
   ~CpuExecutor();
   CpuExecutor(CpuExecutor&&) noexcept;

@@ -115,7 +115,7 @@ void add(const float* a, const float* b, int64_t n, float* out) {
   }, 65536);
 }
 
-void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d) {
+void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d, int8_t* q2) {
   const char* op = "quantize_q8_activation";
   require_count(n, op, "n");
   require(n % 32 == 0, op, "n must be a multiple of 32");
@@ -133,9 +133,14 @@ void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d) {
     }
     const float db = amax / 127.0f;
     const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float id2 = id * 254.0f;
     for (int i = 0; i < 32; ++i) {
-      const int v = bad ? 0 : (int)std::round(xb[i] * id);
-      q[b * 32 + i] = (int8_t)std::clamp(v, -127, 127);
+      const int v = std::clamp(bad ? 0 : (int)std::round(xb[i] * id), -127, 127);
+      q[b * 32 + i] = (int8_t)v;
+      if (q2) {
+        const float r = std::fma(-(float)v, db, xb[i]);
+        q2[b * 32 + i] = (int8_t)std::clamp(bad ? 0 : (int)std::round(r * id2), -127, 127);
+      }
     }
     d[b] = bad ? std::nanf("") : db;
   }

@@ -38,7 +38,10 @@ void matmul(const Matrix& w, const float* x, int64_t T, float* out);
 // The activation quantization of the GPU's dp4a matmuls (templates/quant_act_q8.cu, bit for bit): per 32
 // consecutive values d = amax / 127, q = clamp(roundf(x * (1 / d)), -127, 127) in fp32; an all-zero block gives
 // d = 0, q = 0; a block holding a NaN or inf gets d = NaN, q = 0. n must be a multiple of 32.
-void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d);
+// With q2 (the second plane of the precise matmuls, "p2"): the residual r = fmaf(-q, d, x) (exact) quantized
+// on the step d/254: q2 = clamp(roundf(r * (1/d * 254)), -127, 127); the activation is then d * (q + q2/254),
+// about 15 bits per value instead of 8. q2 = 0 where q is.
+void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d, int8_t* q2 = nullptr);
 
 // Elementwise; may run in place.
 void add(const float* a, const float* b, int64_t n, float* out);

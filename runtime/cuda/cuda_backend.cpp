@@ -1,4 +1,6 @@
-// Backend implementation over the CUDA executor: every input of a step runs in one batched step on the GPU.
+// Backend implementation over the CUDA executor: every input of a step runs in one batched step on the GPU;
+// sampling candidates are selected on the GPU (step_select), so a sampled token costs the host K pairs
+// instead of a 1 MB row of logits.
 #include <fmt/format.h>
 
 #include "runtime/cuda/executor.h"
@@ -36,6 +38,44 @@ class CudaBackend final : public Backend {
       }
     return out;
   }
+  int32_t top_k_max() const override { return cuda::kTopMax; }
+
+  std::vector<std::vector<float>> step_select(const std::vector<StepInput>& batch, const std::vector<Select>& select,
+                                              std::vector<std::optional<TopCandidates>>& top) override {
+    if (select.size() != batch.size()) throw RuntimeError("step_select: one selection per input");
+    std::vector<std::vector<int32_t>> rows(batch.size());
+    std::vector<int64_t> row_of(batch.size(), -1);
+    int64_t n_rows = 0;
+    bool selected = false;
+    for (size_t k = 0; k < batch.size(); ++k)
+      if (batch[k].want_logits && !batch[k].tokens.empty()) {
+        rows[k].push_back((int32_t)batch[k].tokens.size() - 1);
+        row_of[k] = n_rows++;
+        selected |= select[k].k > 0 && select[k].sampler;
+      }
+    ex_.step(batch, rows, false, false);
+    std::vector<TopCandidates> cands;
+    if (selected) {
+      std::vector<cuda::TopKRow> req;
+      for (size_t k = 0; k < batch.size(); ++k)
+        if (row_of[k] >= 0)  // rows not selected ride along with k = 1 and nothing to adjust (cheap)
+          req.push_back(select[k].k > 0 && select[k].sampler ? cuda::top_k_row(*select[k].sampler, select[k].k)
+                                                             : cuda::TopKRow{});
+      cands = ex_.select_top(req);
+    }
+    std::vector<std::vector<float>> out(batch.size());
+    top.assign(batch.size(), std::nullopt);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      if (row_of[k] < 0) continue;
+      const bool sel = select[k].k > 0 && select[k].sampler;
+      if (sel && select[k].sampler->top_suffices(cands[(size_t)row_of[k]]))
+        top[k] = std::move(cands[(size_t)row_of[k]]);
+      else
+        out[k] = ex_.logits_row(row_of[k]);  // the candidates cannot decide this row: its logits
+    }
+    return out;
+  }
+
   std::shared_ptr<Snapshot> save(int slot) const override { return ex_.save(slot); }
   void restore(int slot, const Snapshot& snap) override { ex_.restore(slot, snap); }
   int64_t snapshot_bytes() const override { return ex_.snapshot_bytes(); }

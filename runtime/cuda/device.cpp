@@ -210,6 +210,13 @@ void Kernel::opt_in_shared(size_t bytes) {
   *smem_opt_in_ = bytes;
 }
 
+namespace {
+thread_local LaunchHook* t_launch_hook = nullptr;
+}  // namespace
+
+ScopedLaunchHook::ScopedLaunchHook(LaunchHook* hook) : previous_(t_launch_hook) { t_launch_hook = hook; }
+ScopedLaunchHook::~ScopedLaunchHook() { t_launch_hook = previous_; }
+
 void Kernel::launch_raw(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void** args) const {
   const int64_t threads = (int64_t)block.x * block.y * block.z;
   if (threads == 0 || threads > max_threads_)
@@ -220,6 +227,7 @@ void Kernel::launch_raw(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                 name_, grid.x, grid.y, grid.z));
   if (smem > 48 * 1024 && smem > *smem_opt_in_)
     throw CudaError(fmt::format("launch of {}: {} bytes of dynamic shared memory without opt_in_shared()", name_, smem));
+  if (t_launch_hook) return t_launch_hook->launch(handle_, name_, grid, block, smem, stream, args);
   // The messages are formatted only on failure: a decode step launches hundreds of kernels.
   const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(handle_), grid, block, args, smem, stream);
   if (e != cudaSuccess) check(e, fmt::format("launch of {} (grid {}x{}x{}, block {})", name_, grid.x, grid.y, grid.z, threads));

@@ -173,6 +173,27 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
+// Where a checked launch goes instead of cudaLaunchKernel while a hook is installed on the calling thread
+// (graph.h: recording the graph nodes of a stream capture, or updating them in an instantiated graph).
+class LaunchHook {
+ public:
+  virtual ~LaunchHook() = default;
+  virtual void launch(cudaKernel_t kernel, const std::string& name, dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, void** args) = 0;
+};
+
+// Installs a hook on this thread for its lifetime (nests: the previous one comes back).
+class ScopedLaunchHook {
+ public:
+  explicit ScopedLaunchHook(LaunchHook* hook);
+  ~ScopedLaunchHook();
+  ScopedLaunchHook(const ScopedLaunchHook&) = delete;
+  ScopedLaunchHook& operator=(const ScopedLaunchHook&) = delete;
+
+ private:
+  LaunchHook* previous_;
+};
+
 // A kernel of a loaded library. Cheap to copy; keeps its library loaded.
 class Kernel {
  public:
@@ -186,7 +207,7 @@ class Kernel {
   size_t dynamic_shared_limit() const { return *smem_opt_in_; }
 
   // Checked launch: grid and block within the device limits and the kernel's launch bounds, dynamic shared
-  // memory within what was opted in, then cudaLaunchKernel and cudaGetLastError.
+  // memory within what was opted in, then cudaLaunchKernel and cudaGetLastError (or the thread's LaunchHook).
   void launch_raw(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void** args) const;
   template <class... A>
   void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A... args) const {

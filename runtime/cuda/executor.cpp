@@ -41,10 +41,11 @@ std::string CudaExecutor::device_name() const { return impl_->info.name; }
 int64_t CudaExecutor::device_bytes() const {
   const Impl& m = *impl_;
   return m.weight_bytes + (int64_t)m.arena.bytes() + m.state_bytes * (int64_t)m.slots.size() +
-         (int64_t)(m.xq.bytes() + m.xd.bytes() + m.workspace.bytes());
+         (int64_t)(m.xq.bytes() + m.xd.bytes() + m.xq2.bytes() + m.workspace.bytes());
 }
 
 void CudaExecutor::synchronize() const { impl_->stream->sync("CUDA executor"); }
+GraphStats CudaExecutor::graph_stats() const { return impl_->graph_stats; }
 
 void CudaExecutor::reset(int slot) {
   Impl& m = *impl_;
@@ -100,26 +101,46 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
   cuda::copy_to_device_async(m.pos_dev.data(), pos.data(), (size_t)T * 4, st, "step positions");
   if (R > 0) cuda::copy_to_device_async(m.rows_dev.data(), out_rows.data(), (size_t)R * 4, st, "step rows");
 
-  int quantized = -1;  // the value whose int8 form is in xq/xd
+  int quantized = -1, quantized_planes = 0;  // the value whose int8 form is in xq/xd (and xq2)
   auto val = [&](int id) { return m.values[(size_t)id]; };
   auto width = [&](int id) { return m.value_width[(size_t)id]; };
-  try {
+  // The ops whose launches change from one decode step to the next (positions): what a graph replay patches.
+  auto patchable = [](OpKind k) { return k == OpKind::kv_write || k == OpKind::attention; };
+  // Every op of the graph (eager, or into a capture with `recorder` on for the patchable ops), or with
+  // `patcher` only the patchable ops, updating a captured graph instead of launching.
+  auto run_ops = [&](cuda::LaunchHook* recorder, cuda::LaunchHook* patcher) {
     for (const CudaStep& s : m.steps) {
       const int64_t n = s.rows_result ? R : T;
       if (n == 0) continue;
+      if (patcher && !patchable(s.kind)) continue;
+      cuda::LaunchHook* hook = patchable(s.kind) ? (patcher ? patcher : recorder) : nullptr;
+      cuda::ScopedLaunchHook scoped(hook);
       float* out = s.result >= 0 ? val(s.result) : nullptr;
       switch (s.kind) {
         case OpKind::embed:
           cuda::launch_embed_q8_0(*s.kernel, s.w, m.tokens_dev.data(), T, out, st);
           break;
-        case OpKind::rmsnorm:
-          cuda::launch_rmsnorm_f32(*s.kernel, val(s.args[0]), s.vec, out, n, s.eps, st);
+        case OpKind::rmsnorm: {
+          // Feeding a matmul: quantized in the same launch, for the planes that matmul will use (same rows).
+          const int planes = n <= m.plan.precise_rows ? 2 : 1;
+          if (s.norm_quant[planes]) {
+            cuda::launch_rmsnorm_quant_f32(*s.norm_quant[planes], val(s.args[0]), s.vec, out, n, s.eps, m.xq.data(),
+                                           m.xd.data(), m.xq2.data(), st);
+            quantized = s.result;
+            quantized_planes = planes;
+          } else {
+            cuda::launch_rmsnorm_f32(*s.kernel, val(s.args[0]), s.vec, out, n, s.eps, st);
+          }
           break;
-        case OpKind::matmul:
+        }
+        case OpKind::matmul: {
           if (n == 1 && s.group >= 0 && !s.group_head) break;  // its group's head computed it
-          if (quantized != s.args[0]) {
-            cuda::launch_quant_act_q8(*m.quant, val(s.args[0]), m.xq.data(), m.xd.data(), n * s.in_width, st);
+          const bool two = n <= m.plan.precise_rows;  // two activation planes: see ir::Plan::precise_rows
+          if (quantized != s.args[0] || quantized_planes != (two ? 2 : 1)) {
+            cuda::launch_quant_act_q8(two ? *m.quant_precise : *m.quant, val(s.args[0]), m.xq.data(), m.xd.data(),
+                                      m.xq2.data(), n * s.in_width, st);
             quantized = s.args[0];
+            quantized_planes = two ? 2 : 1;
           }
           if (n == 1 && s.group >= 0) {  // one GEMV over the stacked weights of the whole group
             const MatmulGroup& grp = m.groups[(size_t)s.group];
@@ -130,11 +151,12 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
               ys[i] = val(mem.result);
               rows_of[i] = mem.width;
             }
-            cuda::launch_gemv_q8_0_split(*grp.gemv, grp.merged, m.xq.data(), m.xd.data(), ys, rows_of, st);
+            cuda::launch_gemv_q8_0_split(*grp.gemv, grp.merged, m.xq.data(), m.xd.data(), m.xq2.data(), ys, rows_of, st);
           } else {
-            s.mm->run(s.w, m.xq.data(), m.xd.data(), n, out, st);
+            (two ? s.mm_precise : s.mm)->run(s.w, m.xq.data(), m.xd.data(), m.xq2.data(), n, out, st);
           }
           break;
+        }
         case OpKind::add:
           cuda::launch_add_f32(*s.kernel, val(s.args[0]), val(s.args[1]), out, n * s.width, st);
           break;
@@ -191,6 +213,62 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
         tap(s.tap, host.data(), n, s.width);
       }
     }
+  };
+  try {
+    const bool decode = std::all_of(batch.begin(), batch.end(), [](const StepInput& in) { return in.tokens.size() == 1; });
+    if (m.use_graphs && decode && !tap) {
+      std::vector<int32_t> key;
+      for (const StepInput& in : batch) key.push_back(in.slot);
+      key.push_back(-1);
+      key.insert(key.end(), out_rows.begin(), out_rows.end());
+      auto it = m.graphs.find(key);
+      bool replayed = false;
+      if (it != m.graphs.end()) {
+        cuda::StepGraph& gr = *it->second;
+        gr.begin_patch();
+        run_ops(nullptr, gr.patcher());
+        if (gr.finish_patch()) {
+          gr.launch(st);
+          replayed = true;
+          ++m.graph_stats.replayed;
+          m.graph_patch_failures = 0;
+        } else {
+          m.graphs.erase(it);  // its shape changed: capture anew
+          // Refused updates again and again (not a shape change): this driver cannot patch; run eagerly.
+          if (++m.graph_patch_failures >= 8) m.use_graphs = false;
+        }
+      }
+      if (!replayed) {
+        if (m.graphs.size() >= 64) m.graphs.clear();  // many shapes (slot combinations): start over
+        auto gr = std::make_unique<cuda::StepGraph>(st);
+        bool captured = false;
+        try {
+          run_ops(gr->recorder(), nullptr);
+          gr->end_capture();
+          captured = true;
+        } catch (const cuda::CudaError& e) {
+          // Nothing of the step ran (a capture launches nothing): run it eagerly, and no more graphs.
+          gr->abort_capture();
+          m.use_graphs = false;
+          m.graph_stats.disabled_because = e.what();
+        } catch (...) {
+          gr->abort_capture();
+          throw;
+        }
+        if (captured) {
+          gr->launch(st);
+          m.graphs[key] = std::move(gr);
+          ++m.graph_stats.captured;
+        } else {
+          quantized = -1;
+          run_ops(nullptr, nullptr);
+          ++m.graph_stats.eager;
+        }
+      }
+    } else {
+      run_ops(nullptr, nullptr);
+      ++m.graph_stats.eager;
+    }
     StepOutput result;
     const float* logits = val(m.steps.back().result);
     if (want_argmax) {
@@ -205,8 +283,10 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
     }
     if (want_logits || want_argmax) m.stream->sync("step");
     for (size_t k = 0; k < batch.size(); ++k) m.slot(batch[k].slot).n_past += (int64_t)batch[k].tokens.size();
+    m.last_rows = R;
     return result;
   } catch (const std::exception& e) {
+    m.last_rows = 0;
     // Some layers' states may have advanced: the batch's sequences start over rather than continue wrong.
     for (const StepInput& in : batch) {
       try {
@@ -216,6 +296,34 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
     }
     throw RuntimeError(std::string("CUDA step failed (the step's sequences were reset): ") + e.what());
   }
+}
+
+std::vector<TopCandidates> CudaExecutor::select_top(const std::vector<cuda::TopKRow>& rows) try {
+  Impl& m = *impl_;
+  if ((int64_t)rows.size() != m.last_rows)
+    throw RuntimeError(fmt::format("select_top: {} rows for a step of {} output rows", rows.size(), m.last_rows));
+  if (rows.empty()) return {};
+  cuda::DeviceGuard guard(m.opt.device);
+  m.top_k->enqueue(m.values[(size_t)m.steps.back().result], rows, m.stream->get());
+  return m.top_k->collect(m.stream->get());
+} catch (const cuda::KernelError& e) {
+  throw RuntimeError(std::string("CUDA sampling candidates: ") + e.what());
+} catch (const cuda::CudaError& e) {
+  throw RuntimeError(std::string("CUDA sampling candidates: ") + e.what());
+}
+
+std::vector<float> CudaExecutor::logits_row(int64_t row) try {
+  Impl& m = *impl_;
+  if (row < 0 || row >= m.last_rows)
+    throw RuntimeError(fmt::format("logits_row {}: the last step has {} output rows", row, m.last_rows));
+  cuda::DeviceGuard guard(m.opt.device);
+  std::vector<float> out((size_t)m.vocab_rows);
+  cuda::copy_to_host_async(out.data(), m.values[(size_t)m.steps.back().result] + row * m.vocab_rows, out.size() * 4,
+                           m.stream->get(), "logits row");
+  m.stream->sync("logits row");
+  return out;
+} catch (const cuda::CudaError& e) {
+  throw RuntimeError(std::string("CUDA logits: ") + e.what());
 }
 
 std::shared_ptr<Snapshot> CudaExecutor::save(int slot) const try {

@@ -8,7 +8,8 @@
 // A step runs several sequences at once: their new tokens are concatenated into one batch of rows, so the
 // matmuls, norms and residual adds run once over all rows (a decode step of B sequences reads every weight
 // once), while the ops that touch a sequence's own state (conv, GDN, KV append, attention) run per sequence
-// on its rows. Matmul inputs are quantized to int8 once per value and shared by every matmul that reads it.
+// on its rows. Matmul inputs are quantized to int8 once per value and shared by every matmul that reads it
+// (two int8 planes for matmuls of at most plan.precise_rows rows). Decode steps run as CUDA graphs (graph.h).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include "ir/plan.h"
 #include "runtime/backend.h"
 #include "runtime/cpu/executor.h"  // RuntimeError, TapFn
+#include "runtime/cuda/sampling.h"
 
 namespace qrig::runtime {
 
@@ -27,6 +29,17 @@ struct CudaOptions {
   int device = 0;
   int64_t max_logit_rows = 0;  // rows of logits one step may return; 0: the plan's max_sequences
   std::string cache_dir;       // cubin cache; empty: the default (~/.cache/qrig/kernels)
+  // Decode steps (one token per sequence) as CUDA graphs (graph.h); QRIG_CUDA_GRAPHS=0 in the environment
+  // turns them off too (to compare).
+  bool graphs = true;
+};
+
+// How the decode steps ran (CudaExecutor::graph_stats).
+struct GraphStats {
+  int64_t captured = 0;  // steps captured into a new graph
+  int64_t replayed = 0;  // steps that patched and launched an existing graph
+  int64_t eager = 0;     // steps launched kernel by kernel (prefill, taps, graphs off)
+  std::string disabled_because;  // set when a capture failed and graphs were turned off
 };
 
 // What a step hands back: logits (rows x vocab_rows, host) and/or the greedy choice per row.
@@ -41,6 +54,7 @@ class CudaExecutor {
   ~CudaExecutor();
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
+  GraphStats graph_stats() const;
 
   const ir::Plan& plan() const;
   int slots() const;
@@ -56,6 +70,12 @@ class CudaExecutor {
   // changes (RuntimeError). tap: called for ops carrying a tap attribute (slow: synchronises per tap).
   StepOutput step(const std::vector<StepInput>& batch, const std::vector<std::vector<int32_t>>& rows,
                   bool want_logits, bool want_argmax, const TapFn& tap = nullptr);
+
+  // After a step that named output rows: their logits stay on the device until the next step. select_top()
+  // picks each row's candidates there (runtime/cuda/sampling.h; one TopKRow per output row of that step, in
+  // order) and logits_row() downloads one row. Both synchronise.
+  std::vector<TopCandidates> select_top(const std::vector<cuda::TopKRow>& rows);
+  std::vector<float> logits_row(int64_t row);
 
   // Recurrent state (conv + GDN; KV caches are append-only by position) of a slot, copied on the device.
   std::shared_ptr<Snapshot> save(int slot) const;

@@ -2,11 +2,13 @@
 // its weights (uploaded by executor_weights.cpp) and kernels (every variant loaded, then compiling is
 // forbidden), lays out the activation arena by liveness, allocates slot states.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "runtime/cuda/executor_impl.h"
+#include "runtime/cuda/plan_kernels.h"
 
 namespace qrig::runtime {
 
@@ -46,6 +48,8 @@ cuda::KernelLoader CudaExecutor::Impl::loader() {
 }
 
 void CudaExecutor::Impl::bind() {
+  const char* graphs_env = std::getenv("QRIG_CUDA_GRAPHS");
+  use_graphs = opt.graphs && !(graphs_env && std::string(graphs_env) == "0");
   if (plan.backend != "cuda") throw RuntimeError(fmt::format("the CUDA executor cannot run a '{}' plan", plan.backend));
   if (plan.kernel_family != "dp4a")
     throw RuntimeError(fmt::format("plan kernel family '{}' has no CUDA kernels (only dp4a)", plan.kernel_family));
@@ -159,6 +163,10 @@ void CudaExecutor::Impl::bind() {
       case OpKind::rmsnorm:
         s.vec = f32(op.s("weight"), op, s.width);
         s.kernel = load(cuda::rmsnorm_f32_variant(s.width));
+        if (cuda::rmsnorm_feeds_matmul(g, op)) {
+          s.norm_quant[1] = load(cuda::rmsnorm_f32_variant(s.width, 1));
+          if (plan.precise_rows > 0) s.norm_quant[2] = load(cuda::rmsnorm_f32_variant(s.width, 2));
+        }
         break;
       case OpKind::matmul: {
         s.w = q8(op.s("weight"), op);
@@ -168,10 +176,13 @@ void CudaExecutor::Impl::bind() {
                                          s.w.cols, s.in_width, s.width));
         max_k = std::max(max_k, s.in_width);
         const int64_t rows = s.rows_result ? max_r : max_t;
-        const std::string key = fmt::format("{}x{}x{}", s.in_width, s.width, rows);
-        auto& mm = matmuls[key];
-        if (!mm) mm = std::make_unique<cuda::MatmulQ8>(loader(), s.in_width, s.width, rows, sms);
-        s.mm = mm.get();
+        auto matmul = [&](int64_t max_rows, int64_t planes) {
+          auto& mm = matmuls[fmt::format("{}x{}x{}p{}", s.in_width, s.width, max_rows, planes)];
+          if (!mm) mm = std::make_unique<cuda::MatmulQ8>(loader(), s.in_width, s.width, max_rows, sms, planes);
+          return mm.get();
+        };
+        if (rows > plan.precise_rows) s.mm = matmul(rows, 1);
+        if (plan.precise_rows > 0) s.mm_precise = matmul(std::min(rows, plan.precise_rows), 2);
         if (op.result == "logits") vocab_rows = s.width;
         if (auto h = group_head_of.find(op.s("weight")); h != group_head_of.end() && group_index.count(h->second)) {
           s.group = group_index.at(h->second);
@@ -266,8 +277,12 @@ void CudaExecutor::Impl::bind() {
   if (g.outputs.size() != 1 || g.outputs[0] != "logits" || steps.empty() || steps.back().op->result != "logits")
     throw RuntimeError("graph output must be %logits, the last op");
   if (vocab_rows <= 0) throw RuntimeError("graph has no embedding");
-  quant = load(cuda::quant_act_q8_variant());
+  quant = load(cuda::quant_act_q8_variant(1));
+  if (plan.precise_rows > 0) quant_precise = load(cuda::quant_act_q8_variant(2));
   argmax = load(cuda::argmax_f32_variant());
+  top_k = std::make_unique<cuda::TopKSelector>(loader(), opt.device, vocab_rows,
+                                               plan.vocab_real > 0 ? std::min(plan.vocab_real, vocab_rows) : vocab_rows,
+                                               max_r);
 
   // Static activation memory: a value lives from its op to its last reader (the output to the end); a value
   // takes the best-fitting region freed before its op, else a new one.
@@ -319,6 +334,9 @@ void CudaExecutor::Impl::bind() {
   argmax_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)max_r, "argmax");
   xq = cuda::DeviceBuffer<int8_t>(opt.device, (size_t)(max_t * max_k), "quantized matmul input");
   xd = cuda::DeviceBuffer<float>(opt.device, (size_t)(max_t * max_k / 32), "quantized matmul input scales");
+  if (plan.precise_rows > 0)
+    xq2 = cuda::DeviceBuffer<int8_t>(opt.device, (size_t)(std::min(max_t, plan.precise_rows) * max_k),
+                                     "quantized matmul input, second plane");
   if (workspace_bytes > 0) workspace = cuda::DeviceBuffer<char>(opt.device, workspace_bytes, "gdn/attention workspace");
 
   for (int64_t i = 0; i < plan.max_sequences; ++i) {

@@ -12,6 +12,7 @@
 #include "runtime/cuda/executor.h"
 #include "runtime/cuda/gdn.h"
 #include "runtime/cuda/gemm.h"
+#include "runtime/cuda/graph.h"
 #include "runtime/cuda/launch.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/pointwise.h"
@@ -30,8 +31,11 @@ struct CudaStep {
   int64_t width = 0;            // result row length
   bool rows_result = false;     // R rows instead of T
   const cuda::LoadedKernel* kernel = nullptr;  // the op's kernel (pointwise, norms, embed)
+  // rmsnorm feeding a matmul: the kernels that also quantize the row, by planes (1, 2; null if unused)
+  const cuda::LoadedKernel* norm_quant[3] = {nullptr, nullptr, nullptr};
   cuda::Q8Matrix w{};           // matmul / embed weights
-  const cuda::MatmulQ8* mm = nullptr;
+  const cuda::MatmulQ8* mm = nullptr;     // one int8 plane (steps of more than plan.precise_rows rows)
+  const cuda::MatmulQ8* mm_precise = nullptr;  // two planes (at most plan.precise_rows rows); null if 0
   const cuda::GdnKernels* gdn = nullptr;
   const cuda::AttentionKernels* att = nullptr;
   const float* vec = nullptr;   // norm weight, conv weight, gdn ssm_a
@@ -56,7 +60,7 @@ struct CudaStep {
 struct MatmulGroup {
   cuda::Q8Matrix merged{};
   std::vector<int> members;     // step indices
-  const cuda::LoadedKernel* gemv = nullptr;
+  const cuda::LoadedKernel* gemv = nullptr;  // two planes when plan.precise_rows >= 1
 };
 
 // Where a state lives in a slot: non-positional states (conv, GDN) at an offset of the slot's recurrent
@@ -95,8 +99,11 @@ struct CudaExecutor::Impl {
   std::map<std::string, std::unique_ptr<cuda::MatmulQ8>> matmuls;      // by "k x n"
   std::map<std::string, std::unique_ptr<cuda::GdnKernels>> gdns;
   std::map<std::string, std::unique_ptr<cuda::AttentionKernels>> attentions;
-  const cuda::LoadedKernel* quant = nullptr;
+  const cuda::LoadedKernel* quant = nullptr;          // one plane
+  const cuda::LoadedKernel* quant_precise = nullptr;  // two planes (null when plan.precise_rows is 0)
   const cuda::LoadedKernel* argmax = nullptr;
+  std::unique_ptr<cuda::TopKSelector> top_k;  // sampling candidates of the last step's output rows
+  int64_t last_rows = 0;                      // output rows of the last step (their logits are on the device)
 
   // Weights.
   std::vector<cuda::DeviceBuffer<int8_t>> weight_qs;
@@ -117,8 +124,15 @@ struct CudaExecutor::Impl {
   cuda::DeviceBuffer<int32_t> tokens_dev, pos_dev, rows_dev, argmax_dev;
   cuda::DeviceBuffer<int8_t> xq;  // the quantized matmul input
   cuda::DeviceBuffer<float> xd;
+  cuda::DeviceBuffer<int8_t> xq2;  // its second plane (matmuls of at most plan.precise_rows rows)
   cuda::DeviceBuffer<char> workspace;  // GDN / attention scratch
   size_t workspace_bytes = 0;
+
+  // Decode-step graphs by shape: the slots of the step, then -1, then its output rows.
+  std::map<std::vector<int32_t>, std::unique_ptr<cuda::StepGraph>> graphs;
+  bool use_graphs = true;
+  int graph_patch_failures = 0;  // replays refused in a row
+  GraphStats graph_stats;
 
   std::vector<CudaStep> steps;
   std::vector<MatmulGroup> groups;

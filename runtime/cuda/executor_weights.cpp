@@ -107,7 +107,7 @@ CudaExecutor::Impl::GroupMap CudaExecutor::Impl::upload_weight_groups() {
     weight_bytes += (int64_t)(qs.size() + sc.size() * 2);
     MatmulGroup grp;
     grp.merged = {weight_qs.back().data(), weight_scales.back().data(), rows, cols};
-    grp.gemv = load(cuda::gemv_q8_0_variant(cols));
+    grp.gemv = load(cuda::gemv_q8_0_variant(cols, plan.precise_rows >= 1 ? 2 : 1));
     groups.push_back(grp);
     out.index[head] = (int)groups.size() - 1;
     r0 = 0;

@@ -26,6 +26,16 @@
 //    time at T = 4-8, and at T = 16 faster than any tiling (36 vs 54 us on 4096->12288).
 // The choice among tilings is a cost model (waves x tile work / measured efficiency, below), fitted to the
 // H200 sweep of tests/gpu/bench_gpu_gemm.cpp ("[gemm_sweep]"): within 1% of the best tiling on average.
+//
+// Two activation planes (p2, gemm.h) double the dp4a per output and change what fits (ptxas for sm_90, CUDA
+// 13): the second plane's token tiles add 2 * K4 * (bt + 4) words of shared memory (32 x 32 with 4 K slices
+// and kb = 2 no longer fits 48 KiB: kb = 1), and each thread holds a second tn x tt block of sums: the
+// 128 x 64 prefill tile takes 195 registers (one 8-warp CTA per SM instead of two), 128 x 32 takes 128
+// (still two), 64 x 32 133 and 32 x 32 with 2 slices 160 (three 4-warp CTAs instead of five). Per 4 bytes of
+// K a p2 thread of a 4 x 4 tile does 32 dp4a on three 16-byte shared loads, like the p1 prefill tile; the
+// combine costs 5 float instructions per 16 dp4a (p1: 2 per 8). The p2 efficiencies below are estimates from
+// those counts and the p1 measurements (8 warps per SM: like the p1 128 x 128 tile, ~7% below 16 warps), not
+// yet measured: the sweep with QRIG_SWEEP_PLANES=2 is the data to fit them to.
 #include "runtime/cuda/gemm.h"
 
 #include <algorithm>
@@ -41,28 +51,47 @@ namespace qrig::cuda {
 std::vector<TemplateInfo> gemm_templates() {
   return {
       {"gemm_q8_0_dp4a_tiled", "gemm_q8_0_dp4a_tiled.cu",
-       {{"bn", "QRIG_BN", 32, 256, 32, "weight rows per CTA"},
+       {planes_param(),
+        {"bn", "QRIG_BN", 32, 256, 32, "weight rows per CTA"},
         {"bt", "QRIG_BT", 16, 256, 16, "tokens (activation rows) per CTA"},
         {"tn", "QRIG_TN", 4, 8, 4, "weight rows per thread"},
         {"tt", "QRIG_TT", 4, 8, 4, "tokens per thread"},
         {"kb", "QRIG_KB", 1, 2, 1, "Q8_0 blocks of K per pipeline stage and K slice"},
         {"sk", "QRIG_SK", 1, 8, 1, "K slices: thread groups splitting each stage, summed at the end"},
         threads_param()},
-       "prefill GEMM: repacked Q8_0 weights x int8 activations, K-interleaved shared tiles, dp4a, f32 out"},
+       "prefill GEMM: repacked Q8_0 weights x int8 activations (1 or 2 planes), K-interleaved shared tiles, "
+       "dp4a, f32 out"},
       {"gemm_q8_0_dp4a_skinny", "gemm_q8_0_dp4a_skinny.cu",
-       {{"c", "QRIG_COLS", 1, 16, 1, "activation rows (tokens), at most (a power of two)"},
+       {planes_param(),
+        {"c", "QRIG_COLS", 1, 16, 1, "activation rows (tokens), at most (a power of two)"},
         {"r", "QRIG_ROWS", 1, 8, 1, "weight rows per warp (a power of two)"},
         {"u", "QRIG_UNROLL", 1, 8, 1, "Q8_0 blocks of each row per lane loaded before use"},
         threads_param()},
-       "few-row GEMM: each weight read once for up to c tokens (batched decode), dp4a, f32 out"},
+       "few-row GEMM: each weight read once for up to c tokens (batched decode), 1 or 2 activation planes, "
+       "dp4a, f32 out"},
   };
 }
 
-Variant gemm_q8_0_tiled_variant(int64_t bn, int64_t bt, int64_t tn, int64_t tt, int64_t kb, int64_t sk) {
+// Mirrors the template's layout: two stages of [K4][bn+4] weight words, per plane [K4][bt+4] token words,
+// [kb*sk][bn] and [kb*sk][bt] scales (K4 = 8*kb*sk).
+int64_t gemm_q8_0_tiled_smem_bytes(int64_t planes, int64_t bn, int64_t bt, int64_t kb, int64_t sk) {
+  const int64_t kbs = kb * sk, k4 = 8 * kbs;
+  return 4 * (2 * k4 * (bn + 4) + planes * 2 * k4 * (bt + 4) + 2 * kbs * bn + 2 * kbs * bt);
+}
+
+Variant gemm_q8_0_tiled_variant(int64_t planes, int64_t bn, int64_t bt, int64_t tn, int64_t tt, int64_t kb,
+                                int64_t sk) {
   if (tn <= 0 || tt <= 0 || bn % (8 * tn) != 0 || bt % (4 * tt) != 0)
     throw KernelError(fmt::format("gemm_q8_0_dp4a_tiled: a {} x {} CTA tile is not whole warp tiles of {} x {}", bn,
                                   bt, 8 * tn, 4 * tt));
-  return make_variant("gemm_q8_0_dp4a_tiled", {{"bn", bn},
+  const int64_t smem = gemm_q8_0_tiled_smem_bytes(planes, bn, bt, kb, sk);
+  const int64_t tile_words = 16 * kb * sk * ((bn + 4) + planes * (bt + 4));  // holds the slice sums at the end
+  if (smem > kTiledSmemLimit || (sk - 1) * bn * bt > tile_words)
+    throw KernelError(fmt::format("gemm_q8_0_dp4a_tiled: a {} x {} tile with kb = {}, sk = {} and {} plane(s) needs "
+                                  "{} bytes of shared memory (at most {}, and room for the slice sums)",
+                                  bn, bt, kb, sk, planes, smem, kTiledSmemLimit));
+  return make_variant("gemm_q8_0_dp4a_tiled", {{"p", planes},
+                                               {"bn", bn},
                                                {"bt", bt},
                                                {"tn", tn},
                                                {"tt", tt},
@@ -71,12 +100,14 @@ Variant gemm_q8_0_tiled_variant(int64_t bn, int64_t bt, int64_t tn, int64_t tt, 
                                                {"t", sk * (bn / tn) * (bt / tt)}});
 }
 
-Variant gemm_q8_0_skinny_variant(int64_t cols, int64_t rows_per_warp, int64_t unroll, int64_t threads) {
+Variant gemm_q8_0_skinny_variant(int64_t planes, int64_t cols, int64_t rows_per_warp, int64_t unroll,
+                                 int64_t threads) {
   auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
   if (!pow2(cols) || !pow2(rows_per_warp) || cols * rows_per_warp > 64)
     throw KernelError(fmt::format("gemm_q8_0_dp4a_skinny: {} tokens and {} rows per warp must be powers of two with "
                                   "at most 64 sums per lane", cols, rows_per_warp));
-  return make_variant("gemm_q8_0_dp4a_skinny", {{"c", cols}, {"r", rows_per_warp}, {"u", unroll}, {"t", threads}});
+  return make_variant("gemm_q8_0_dp4a_skinny",
+                      {{"p", planes}, {"c", cols}, {"r", rows_per_warp}, {"u", unroll}, {"t", threads}});
 }
 
 namespace {
@@ -92,9 +123,9 @@ void require_ptr(const void* p, size_t align, const LoadedKernel& k, const char*
     throw KernelError(fmt::format("{}: {} is not {}-byte aligned", k.variant.name, what, align));
 }
 
-// The shared checks of both GEMM launchers.
-void require_gemm_args(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, int64_t T,
-                       float* y) {
+// The shared checks of both GEMM launchers; returns the second plane to pass (null for p1).
+const signed char* require_gemm_args(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                                     const int8_t* xq2, int64_t T, float* y) {
   require_ptr(w.qs, 16, k, "weights");
   require_ptr(w.scales, 2, k, "weight scales");
   if (w.rows <= 0 || w.rows > INT_MAX || w.cols <= 0 || w.cols % 32 != 0 || w.cols > INT_MAX / 2)
@@ -103,14 +134,17 @@ void require_gemm_args(const LoadedKernel& k, const Q8Matrix& w, const int8_t* x
   require_ptr(xd, 4, k, "xd");
   require_ptr(y, 16, k, "y");
   if (T <= 0 || T > INT_MAX) throw KernelError(fmt::format("{}: {} activation rows", k.variant.name, T));
+  if (k.variant.param("p") == 1) return nullptr;
+  require_ptr(xq2, 16, k, "xq2 (the second activation plane)");
+  return reinterpret_cast<const signed char*>(xq2);
 }
 
 }  // namespace
 
-void launch_gemm_q8_0_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, int64_t T,
-                            float* y, cudaStream_t stream) {
+void launch_gemm_q8_0_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                            const int8_t* xq2, int64_t T, float* y, cudaStream_t stream) {
   require_kernel(k, "gemm_q8_0_dp4a_tiled");
-  require_gemm_args(k, w, xq, xd, T, y);
+  const signed char* q2 = require_gemm_args(k, w, xq, xd, xq2, T, y);
   const int64_t bn = k.variant.param("bn"), bt = k.variant.param("bt");
   const int64_t per_stage = 32 * k.variant.param("kb") * k.variant.param("sk");
   if (w.cols % per_stage != 0)
@@ -120,27 +154,28 @@ void launch_gemm_q8_0_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8
     throw KernelError(fmt::format("{}: a grid of {} x {} CTAs", k.variant.name, gx, gy));
   k.kernel.launch(dim3((unsigned)gx, (unsigned)gy), dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
-                  reinterpret_cast<const signed char*>(xq), xd, y, (int)w.cols, (int)w.rows, (int)T);
+                  reinterpret_cast<const signed char*>(xq), xd, q2, y, (int)w.cols, (int)w.rows, (int)T);
 }
 
-void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, int64_t T,
-                             float* y, cudaStream_t stream) {
+void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                             const int8_t* xq2, int64_t T, float* y, cudaStream_t stream) {
   require_kernel(k, "gemm_q8_0_dp4a_skinny");
-  require_gemm_args(k, w, xq, xd, T, y);
+  const signed char* q2 = require_gemm_args(k, w, xq, xd, xq2, T, y);
   if (T > k.variant.param("c"))
     throw KernelError(fmt::format("{}: {} activation rows, more than its {}", k.variant.name, T, k.variant.param("c")));
   const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
   const int64_t g = (w.rows + rows_per_block - 1) / rows_per_block;
   k.kernel.launch(dim3((unsigned)g), dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
-                  reinterpret_cast<const signed char*>(xq), xd, y, (int)w.cols, (int)w.rows, (int)T);
+                  reinterpret_cast<const signed char*>(xq), xd, q2, y, (int)w.cols, (int)w.rows, (int)T);
 }
 
 namespace {
 
 // A tiling of the tiled kernel with its modelled throughput: `ctas_per_sm` CTAs fit one SM (registers and
 // shared memory, H200), and an SM full of them runs at `eff` of the dp4a peak (measured at T = 4096 on an H200,
-// bench_gpu_gemm.cpp's sweep). kb is the preferred blocks per stage and slice (1 when K does not allow it).
+// bench_gpu_gemm.cpp's sweep; p2: estimated, see the top). kb is the preferred blocks per stage and slice (1
+// when K does not allow it).
 struct Tiling {
   int64_t bn, bt, tn, tt, kb, sk;
   int ctas_per_sm;
@@ -157,17 +192,27 @@ constexpr Tiling kTilings[] = {
     {32, 32, 4, 4, 2, 4, 2, 0.431},
     {32, 32, 4, 4, 2, 2, 5, 0.560},
 };
+// The same tilings with two planes: CTAs per SM from their sm_90 registers (64 K per SM, allocated per warp in
+// multiples of 8 per thread) and shared memory (all fit 48 KiB; 32 x 32 x 4 slices only with kb = 1).
+constexpr Tiling kTilings2[] = {
+    {128, 64, 8, 4, 2, 1, 1, 0.68},  // 195 registers: 8 warps per SM; 16 dp4a per 16-byte shared load
+    {128, 32, 4, 4, 2, 1, 2, 0.70},  // 128 registers: 16 warps, the p1 prefill tile's loads per dp4a
+    {64, 32, 4, 4, 2, 1, 3, 0.62},   // 133 registers: 12 warps (p1: 20)
+    {64, 32, 4, 4, 2, 2, 2, 0.62},
+    {32, 32, 4, 4, 1, 4, 2, 0.43},
+    {32, 32, 4, 4, 2, 2, 3, 0.52},   // 160 registers: 12 warps (p1: 20)
+};
 constexpr double kPartialExponent = 0.3;
 
 // Modelled time (arbitrary units) of T rows of a [k] -> [n] matmul with tiling t on `sms` SMs: tiles are
 // dealt to SMs round-robin; the busiest SM runs full rounds of ctas_per_sm tiles at eff, and a last round of
 // c < ctas_per_sm tiles at eff * (c / ctas_per_sm)^0.3 (fewer warps hide less latency; the exponent fitted
-// to the same sweep).
-double modelled_time(const Tiling& t, int64_t n, int64_t T, int sms) {
+// to the same sweep). A tile's work is its outputs times the planes (the dp4a per output).
+double modelled_time(const Tiling& t, int64_t n, int64_t T, int sms, int64_t planes) {
   const int64_t tiles = ((n + t.bn - 1) / t.bn) * ((T + t.bt - 1) / t.bt);
   const int64_t per_sm = (tiles + sms - 1) / sms;  // tiles of the busiest SM
   const int64_t full = per_sm / t.ctas_per_sm, rest = per_sm % t.ctas_per_sm;
-  const double work = (double)(t.bn * t.bt);
+  const double work = (double)(t.bn * t.bt * planes);
   double time = (double)full * t.ctas_per_sm * work / t.eff;
   if (rest > 0) time += (double)rest * work / (t.eff * std::pow((double)rest / t.ctas_per_sm, kPartialExponent));
   return time;
@@ -184,9 +229,10 @@ struct Choice {
   }
 };
 
-Choice choose(int64_t k, int64_t n, int64_t T, int sms) {
-  if (k <= 0 || k % 32 != 0 || n <= 0 || T <= 0 || sms <= 0)
-    throw KernelError(fmt::format("matmul_q8_0: no kernel for T = {} rows of [{}] -> [{}] on {} SMs", T, k, n, sms));
+Choice choose(int64_t k, int64_t n, int64_t T, int sms, int64_t planes) {
+  if (k <= 0 || k % 32 != 0 || n <= 0 || T <= 0 || sms <= 0 || planes < 1 || planes > 2)
+    throw KernelError(fmt::format("matmul_q8_0: no kernel for T = {} rows of [{}] -> [{}] on {} SMs with {} planes", T,
+                                  k, n, sms, planes));
   if (T == 1) return {Choice::gemv};
   if (T <= kSkinnyMaxT) {
     int64_t c = 2;
@@ -195,39 +241,48 @@ Choice choose(int64_t k, int64_t n, int64_t T, int sms) {
   }
   const Tiling* best = nullptr;
   double best_time = 0;
+  int64_t best_kb = 1;
   const int64_t nb = k / 32;
-  for (const Tiling& t : kTilings) {
-    if (nb % t.sk != 0) continue;  // each stage is split in sk equal slices
-    const double time = modelled_time(t, n, T, sms);
-    if (!best || time < best_time) best = &t, best_time = time;
-  }
+  auto consider = [&](const Tiling& t) {
+    if (nb % t.sk != 0) return;  // each stage is split in sk equal slices
+    const int64_t kb = nb % (t.kb * t.sk) == 0 ? t.kb : 1;
+    if (gemm_q8_0_tiled_smem_bytes(planes, t.bn, t.bt, kb, t.sk) > kTiledSmemLimit) return;  // never, as listed
+    const double time = modelled_time(t, n, T, sms, planes);
+    if (!best || time < best_time) best = &t, best_time = time, best_kb = kb;
+  };
+  if (planes == 1)
+    for (const Tiling& t : kTilings) consider(t);
+  else
+    for (const Tiling& t : kTilings2) consider(t);
   if (!best) throw KernelError(fmt::format("matmul_q8_0: no tiling divides K = {}", k));  // sk = 1 always does
-  return {Choice::tiled, 0, best, nb % (best->kb * best->sk) == 0 ? best->kb : 1};
+  return {Choice::tiled, 0, best, best_kb};
 }
 
-Variant variant_of(const Choice& c, int64_t k) {
+Variant variant_of(const Choice& c, int64_t k, int64_t planes) {
   switch (c.kind) {
-    case Choice::gemv: return gemv_q8_0_variant(k);
+    case Choice::gemv: return gemv_q8_0_variant(k, planes);
     case Choice::skinny: {
-      // Per token count, the fastest of bench_gpu_gemm.cpp's sweep on an H200 at the 9B shapes.
-      if (c.cols <= 2) return gemm_q8_0_skinny_variant(2, 4, 2, 128);
-      if (c.cols <= 4) return gemm_q8_0_skinny_variant(4, 8, 1, 64);
-      if (c.cols <= 8) return gemm_q8_0_skinny_variant(8, 4, 1, 128);
-      return gemm_q8_0_skinny_variant(16, 4, 1, 64);
+      // Per token count, the fastest of bench_gpu_gemm.cpp's sweep on an H200 at the 9B shapes (p1; p2 takes
+      // the same: none of them spills with two planes, c16 r4 at 255 registers as with one).
+      if (c.cols <= 2) return gemm_q8_0_skinny_variant(planes, 2, 4, 2, 128);
+      if (c.cols <= 4) return gemm_q8_0_skinny_variant(planes, 4, 8, 1, 64);
+      if (c.cols <= 8) return gemm_q8_0_skinny_variant(planes, 8, 4, 1, 128);
+      return gemm_q8_0_skinny_variant(planes, 16, 4, 1, 64);
     }
     case Choice::tiled: break;
   }
-  return gemm_q8_0_tiled_variant(c.tiling->bn, c.tiling->bt, c.tiling->tn, c.tiling->tt, c.kb, c.tiling->sk);
+  return gemm_q8_0_tiled_variant(planes, c.tiling->bn, c.tiling->bt, c.tiling->tn, c.tiling->tt, c.kb,
+                                 c.tiling->sk);
 }
 
 // The distinct choices for T = 1..max_t in order of first use; by_t (when given) gets (first T, index) at
 // every T where the choice changes.
-std::vector<Choice> choices(int64_t k, int64_t n, int64_t max_t, int sms,
+std::vector<Choice> choices(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes,
                             std::vector<std::pair<int64_t, size_t>>* by_t) {
   if (max_t <= 0) throw KernelError(fmt::format("matmul_q8_0: max_t = {}", max_t));
   std::vector<Choice> out;
   for (int64_t T = 1; T <= max_t; ++T) {
-    const Choice c = choose(k, n, T, sms);
+    const Choice c = choose(k, n, T, sms, planes);
     const size_t i = (size_t)(std::find(out.begin(), out.end(), c) - out.begin());
     if (i == out.size()) out.push_back(c);
     if (by_t && (by_t->empty() || by_t->back().second != i)) by_t->emplace_back(T, i);
@@ -237,20 +292,24 @@ std::vector<Choice> choices(int64_t k, int64_t n, int64_t max_t, int sms,
 
 }  // namespace
 
-Variant matmul_q8_0_choice(int64_t k, int64_t n, int64_t T, int sms) { return variant_of(choose(k, n, T, sms), k); }
+Variant matmul_q8_0_choice(int64_t k, int64_t n, int64_t T, int sms, int64_t planes) {
+  return variant_of(choose(k, n, T, sms, planes), k, planes);
+}
 
-std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms) {
+std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes) {
   std::vector<Variant> out;
-  for (const Choice& c : choices(k, n, max_t, sms, nullptr)) out.push_back(variant_of(c, k));
+  for (const Choice& c : choices(k, n, max_t, sms, planes, nullptr)) out.push_back(variant_of(c, k, planes));
   return out;
 }
 
-MatmulQ8::MatmulQ8(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t, int sms)
-    : k_(k), n_(n), max_t_(max_t), sms_(sms) {
-  if (k <= 0 || k % 32 != 0 || n <= 0 || n > INT_MAX || max_t <= 0 || max_t > INT_MAX || sms <= 0)
-    throw KernelError(fmt::format("MatmulQ8: [{}] -> [{}] for up to {} rows on {} SMs", k, n, max_t, sms));
-  for (const Choice& c : choices(k, n, max_t, sms, &by_t_)) {
-    const Variant v = variant_of(c, k);
+MatmulQ8::MatmulQ8(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes)
+    : k_(k), n_(n), max_t_(max_t), sms_(sms), planes_(planes) {
+  if (k <= 0 || k % 32 != 0 || n <= 0 || n > INT_MAX || max_t <= 0 || max_t > INT_MAX || sms <= 0 || planes < 1 ||
+      planes > 2)
+    throw KernelError(fmt::format("MatmulQ8: [{}] -> [{}] for up to {} rows on {} SMs with {} planes", k, n, max_t,
+                                  sms, planes));
+  for (const Choice& c : choices(k, n, max_t, sms, planes, &by_t_)) {
+    const Variant v = variant_of(c, k, planes);
     LoadedKernel lk = load(v);
     if (!(lk.variant == v))
       throw KernelError(fmt::format("MatmulQ8: asked for {}, the loader gave {}", v.name, lk.variant.name));
@@ -266,17 +325,17 @@ size_t MatmulQ8::index_for(int64_t T) const {
   return std::prev(it)->second;
 }
 
-void MatmulQ8::run(const Q8Matrix& w, const int8_t* xq, const float* xd, int64_t T, float* y,
+void MatmulQ8::run(const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2, int64_t T, float* y,
                    cudaStream_t stream) const {
   if (w.cols != k_ || w.rows != n_)
     throw KernelError(fmt::format("MatmulQ8 [{}] -> [{}] given weights [{}][{}]", k_, n_, w.rows, w.cols));
   const LoadedKernel& lk = kernels_[index_for(T)];
   if (lk.variant.kernel == "gemm_q8_0_dp4a_tiled")
-    launch_gemm_q8_0_tiled(lk, w, xq, xd, T, y, stream);
+    launch_gemm_q8_0_tiled(lk, w, xq, xd, xq2, T, y, stream);
   else if (lk.variant.kernel == "gemm_q8_0_dp4a_skinny")
-    launch_gemm_q8_0_skinny(lk, w, xq, xd, T, y, stream);
+    launch_gemm_q8_0_skinny(lk, w, xq, xd, xq2, T, y, stream);
   else
-    launch_gemv_q8_0(lk, w, xq, xd, y, stream);  // T == 1
+    launch_gemv_q8_0(lk, w, xq, xd, xq2, y, stream);  // T == 1
 }
 
 }  // namespace qrig::cuda

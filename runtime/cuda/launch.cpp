@@ -43,40 +43,71 @@ LoadedKernel load_kernel(const CompiledKernel& c) {
 void launch_rmsnorm_f32(const LoadedKernel& k, const float* x, const float* w, float* out, int64_t rows, float eps,
                         cudaStream_t stream) {
   require_kernel(k, "rmsnorm_f32");
+  if (k.variant.param("q") != 0) throw KernelError(fmt::format("{}: quantizes its output (launch_rmsnorm_quant_f32)", k.variant.name));
   require_aligned(x, 16, k, "x");
   require_aligned(w, 16, k, "w");
   require_aligned(out, 16, k, "out");
   if (rows <= 0) throw KernelError(fmt::format("{}: {} rows", k.variant.name, rows));
-  k.kernel.launch(dim3(grid_for(rows, 1, k)), dim3((unsigned)k.variant.threads()), 0, stream, x, w, out, eps);
+  signed char* none = nullptr;
+  float* none_f = nullptr;
+  k.kernel.launch(dim3(grid_for(rows, 1, k)), dim3((unsigned)k.variant.threads()), 0, stream, x, w, out, eps, none,
+                  none_f, none);
 }
 
-void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, float* xd, int64_t n, cudaStream_t stream) {
+void launch_rmsnorm_quant_f32(const LoadedKernel& k, const float* x, const float* w, float* out, int64_t rows,
+                              float eps, int8_t* xq, float* xd, int8_t* xq2, cudaStream_t stream) {
+  require_kernel(k, "rmsnorm_f32");
+  const int64_t planes = k.variant.param("q");
+  if (planes == 0) throw KernelError(fmt::format("{}: does not quantize its output (launch_rmsnorm_f32)", k.variant.name));
+  require_aligned(x, 16, k, "x");
+  require_aligned(w, 16, k, "w");
+  require_aligned(out, 16, k, "out");
+  require_aligned(xq, 4, k, "xq");
+  require_aligned(xd, 4, k, "xd");
+  if (planes == 2) require_aligned(xq2, 4, k, "xq2");
+  if (rows <= 0) throw KernelError(fmt::format("{}: {} rows", k.variant.name, rows));
+  signed char* q2 = planes == 2 ? reinterpret_cast<signed char*>(xq2) : nullptr;
+  k.kernel.launch(dim3(grid_for(rows, 1, k)), dim3((unsigned)k.variant.threads()), 0, stream, x, w, out, eps,
+                  reinterpret_cast<signed char*>(xq), xd, q2);
+}
+
+// The second activation plane: required (as aligned as the first) for p = 2, ignored for p = 1.
+const signed char* second_plane(const LoadedKernel& k, const int8_t* xq2, size_t align) {
+  if (k.variant.param("p") == 1) return nullptr;
+  require_aligned(xq2, align, k, "xq2");
+  return reinterpret_cast<const signed char*>(xq2);
+}
+
+void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, float* xd, int8_t* xq2, int64_t n,
+                         cudaStream_t stream) {
   require_kernel(k, "quant_act_q8");
   require_aligned(x, 4, k, "x");
   require_aligned(xq, 1, k, "xq");
   require_aligned(xd, 4, k, "xd");
+  signed char* q2 = const_cast<signed char*>(second_plane(k, xq2, 1));
   if (n <= 0 || n % 32 != 0) throw KernelError(fmt::format("{}: {} values is not a positive multiple of 32", k.variant.name, n));
   const long long blocks = n / 32;
   const int64_t warps = k.variant.threads() / 32;
   k.kernel.launch(dim3(grid_for(blocks, warps, k)), dim3((unsigned)k.variant.threads()), 0, stream, x,
-                  reinterpret_cast<signed char*>(xq), xd, blocks);
+                  reinterpret_cast<signed char*>(xq), xd, q2, blocks);
 }
 
-void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, float* y,
-                      cudaStream_t stream) {
+void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
+                      float* y, cudaStream_t stream) {
   float* const ys[4] = {y, nullptr, nullptr, nullptr};
   const int64_t rows[4] = {w.rows, 0, 0, 0};
-  launch_gemv_q8_0_split(k, w, xq, xd, ys, rows, stream);
+  launch_gemv_q8_0_split(k, w, xq, xd, xq2, ys, rows, stream);
 }
 
 void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                            float* const y[4], const int64_t rows[4], cudaStream_t stream) {
+                            const int8_t* xq2, float* const y[4], const int64_t rows[4], cudaStream_t stream) {
   require_kernel(k, "gemv_q8_0_dp4a");
   require_q8(w, k, "weights");
   if (w.cols != k.variant.param("k"))
     throw KernelError(fmt::format("{}: weights have {} columns", k.variant.name, w.cols));
   require_aligned(xq, 16, k, "xq");
   require_aligned(xd, 4, k, "xd");
+  const signed char* q2 = second_plane(k, xq2, 16);
   int64_t bounds[4], total = 0;
   float* outs[4];
   for (int i = 0; i < 4; ++i) {
@@ -92,7 +123,7 @@ void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8
   const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
   k.kernel.launch(dim3(grid_for(w.rows, rows_per_block, k)), dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
-                  reinterpret_cast<const signed char*>(xq), xd, outs[0], outs[1], outs[2], outs[3], (int)bounds[0],
+                  reinterpret_cast<const signed char*>(xq), xd, q2, outs[0], outs[1], outs[2], outs[3], (int)bounds[0],
                   (int)bounds[1], (int)bounds[2], (int)w.rows);
 }
 

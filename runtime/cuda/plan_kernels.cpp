@@ -11,6 +11,7 @@
 #include "runtime/cuda/gdn.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/pointwise.h"
+#include "runtime/cuda/sampling.h"
 
 namespace qrig::cuda {
 
@@ -31,6 +32,14 @@ int64_t result_length(const ir::Op& op) {
 
 }  // namespace
 
+bool rmsnorm_feeds_matmul(const ir::Graph& g, const ir::Op& norm) {
+  if (norm.kind != "rmsnorm" || norm.result.empty() || norm.type.shape.empty() || norm.type.shape.back() % 32 != 0)
+    return false;
+  return std::any_of(g.ops.begin(), g.ops.end(), [&](const ir::Op& op) {
+    return op.kind == "matmul" && !op.args.empty() && op.args[0] == norm.result;
+  });
+}
+
 PlanKernels plan_kernels(const ir::Plan& plan) {
   if (plan.backend != "cuda")
     throw KernelError(fmt::format("plan for rig '{}' targets the {} backend, not cuda", plan.rig_name, plan.backend));
@@ -44,20 +53,31 @@ PlanKernels plan_kernels(const ir::Plan& plan) {
   auto add = [&](Variant v) {
     if (names.insert(v.name).second) variants.push_back(std::move(v));
   };
-  add(quant_act_q8_variant());
+  add(quant_act_q8_variant(1));
+  if (plan.precise_rows > 0) add(quant_act_q8_variant(2));
   add(argmax_f32_variant());
+  for (auto& v : TopKSelector::variants()) add(v);  // sampling's top-k selection (any vocabulary)
   const ir::Graph& g = plan.graph;
   for (const ir::Op& op : g.ops) {
     if (op.kind == "embed") {
       add(embed_q8_0_variant(result_length(op)));
     } else if (op.kind == "rmsnorm") {
       add(rmsnorm_f32_variant(result_length(op)));
+      if (rmsnorm_feeds_matmul(g, op)) {
+        add(rmsnorm_f32_variant(result_length(op), 1));
+        if (plan.precise_rows > 0) add(rmsnorm_f32_variant(result_length(op), 2));
+      }
     } else if (op.kind == "matmul") {
       const int64_t k = row_length(g, op.args.at(0), op);
       if (k % 32 != 0)
         throw KernelError(fmt::format("plan: {} has an input of {} values, not a multiple of 32", op.describe(), k));
       const bool rows = !op.type.shape.empty() && op.type.shape[0] == ir::kRows;
-      for (auto& v : matmul_q8_0_variants(k, result_length(op), rows ? max_r : max_t, sms)) add(v);
+      // One plane above plan.precise_rows rows, two up to it (the executor's MatmulQ8 pair).
+      const int64_t most = rows ? max_r : max_t;
+      if (most > plan.precise_rows)
+        for (auto& v : matmul_q8_0_variants(k, result_length(op), most, sms, 1)) add(v);
+      if (plan.precise_rows > 0)
+        for (auto& v : matmul_q8_0_variants(k, result_length(op), std::min(most, plan.precise_rows), sms, 2)) add(v);
     } else if (op.kind == "add") {
       add(add_f32_variant());
     } else if (op.kind == "swiglu") {

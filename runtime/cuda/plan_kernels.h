@@ -21,6 +21,10 @@ struct PlanKernels {
 // kernels need (e.g. a matmul input that is not a multiple of 32).
 PlanKernels plan_kernels(const ir::Plan& plan);
 
+// Whether an rmsnorm op's result is a matmul input: its kernel then also quantizes the row for the matmul
+// (rmsnorm_f32 with q = 1 or 2 planes, fused), and the plan needs those variants.
+bool rmsnorm_feeds_matmul(const ir::Graph& g, const ir::Op& norm);
+
 }  // namespace qrig::cuda
 
 #include "runtime/cuda/nvrtc.h"

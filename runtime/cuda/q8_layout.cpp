@@ -24,14 +24,15 @@ void repack_q8_0(const uint8_t* src, int64_t rows, int64_t cols, int8_t* qs, uin
   }
 }
 
-void quantize_activation_q8(const float* x, int64_t n, int8_t* q, float* d) {
+void quantize_activation_q8(const float* x, int64_t n, int8_t* q, float* d, int8_t* q2) {
   if (n < 0 || n % 32 != 0) throw KernelError(fmt::format("quantize_activation_q8: {} values is not a multiple of 32", n));
-  cpu::quantize_q8_activation(x, n, q, d);
+  cpu::quantize_q8_activation(x, n, q, d, q2);
 }
 
-std::vector<float> dequantize_activation_q8(const int8_t* q, const float* d, int64_t n) {
+std::vector<float> dequantize_activation_q8(const int8_t* q, const float* d, int64_t n, const int8_t* q2) {
   std::vector<float> out((size_t)n);
-  for (int64_t i = 0; i < n; ++i) out[(size_t)i] = (float)q[i] * d[i / 32];
+  for (int64_t i = 0; i < n; ++i)
+    out[(size_t)i] = q2 ? d[i / 32] * std::fma((float)q2[i], 1.0f / 254.0f, (float)q[i]) : (float)q[i] * d[i / 32];
   return out;
 }
 

@@ -23,10 +23,12 @@ void repack_q8_0(const uint8_t* gguf_q8_0, int64_t rows, int64_t cols, int8_t* q
 
 // The activation quantization of quant_act_q8, on the host: per 32 consecutive values, d = amax / 127,
 // q = clamp(roundf(x * (1 / d)), -127, 127) (all in fp32); d = 0 and q = 0 for an all-zero block; d = NaN
-// and q = 0 when the block holds a NaN or an infinity. n must be a multiple of 32.
-void quantize_activation_q8(const float* x, int64_t n, int8_t* q, float* d);
+// and q = 0 when the block holds a NaN or an infinity. n must be a multiple of 32. With q2, also the second
+// plane of two-plane ("p2") activations (cpu::quantize_q8_activation says how).
+void quantize_activation_q8(const float* x, int64_t n, int8_t* q, float* d, int8_t* q2 = nullptr);
 
-// q * d per value (what the GPU matmul effectively multiplies the weights with).
-std::vector<float> dequantize_activation_q8(const int8_t* q, const float* d, int64_t n);
+// q * d per value, or d * (q + q2 * (1/254)) with a second plane (what the GPU matmul effectively multiplies
+// the weights with).
+std::vector<float> dequantize_activation_q8(const int8_t* q, const float* d, int64_t n, const int8_t* q2 = nullptr);
 
 }  // namespace qrig::cuda

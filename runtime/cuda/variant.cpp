@@ -24,10 +24,14 @@ TemplateParam threads_param() {
   return {"t", "QRIG_THREADS", 32, 1024, 32, "threads per block (a multiple of the warp size)"};
 }
 
+TemplateParam planes_param() {
+  return {"p", "QRIG_PLANES", 1, 2, 1, "activation planes: 1 int8 q, 2 q + the residual's int8 q2 (x = d*(q + q2/254))"};
+}
+
 const std::vector<TemplateInfo>& template_registry() {
   static const std::vector<TemplateInfo> reg = [] {
     std::vector<TemplateInfo> all = base_templates();
-    for (auto part : {pointwise_templates, gemm_templates, gdn_templates, attention_templates})
+    for (auto part : {pointwise_templates, gemm_templates, gdn_templates, attention_templates, sampling_templates})
       for (auto& t : part()) all.push_back(std::move(t));
     return all;
   }();
@@ -37,13 +41,16 @@ const std::vector<TemplateInfo>& template_registry() {
 std::vector<TemplateInfo> base_templates() {
   return {
       {"rmsnorm_f32", "rmsnorm_f32.cu",
-       {{"d", "QRIG_D", 4, 65536, 4, "row length"}, threads_param()},
-       "out = x * rsqrt(mean(x^2) + eps) * w per row of f32; one block per row"},
+       {{"d", "QRIG_D", 4, 65536, 4, "row length"},
+        {"q", "QRIG_QUANT", 0, 2, 1, "also quantize the output for the matmuls it feeds: 0 no, 1 or 2 planes"},
+        threads_param()},
+       "out = x * rsqrt(mean(x^2) + eps) * w per row of f32 (+ quant_act_q8 of out, fused); one block per row"},
       {"quant_act_q8", "quant_act_q8.cu",
-       {threads_param()},
-       "f32 activations -> int8 + one f32 scale per 32 values (d = amax/127, q = round(x/d)); one warp per 32"},
+       {planes_param(), threads_param()},
+       "f32 activations -> int8 + one f32 scale per 32 values (d = amax/127, q = round(x/d)), and with p2 the "
+       "residual's int8 plane on the step d/254; one warp per 32"},
       {"gemv_q8_0_dp4a", "gemv_q8_0_dp4a.cu",
-       {{"k", "QRIG_K", 32, 32768, 32, "input length (weight row length)"},
+       {{"k", "QRIG_K", 32, 32768, 32, "input length (weight row length)"}, planes_param(),
         {"r", "QRIG_ROWS", 1, 8, 1, "output rows per warp"},
         {"u", "QRIG_UNROLL", 1, 8, 1, "512-byte chunks of each row loaded before use"},
         threads_param()},
@@ -150,17 +157,19 @@ Variant parse_variant(std::string_view name) {
   throw KernelError(fmt::format("bad kernel variant name '{}': {}", name, why));
 }
 
-Variant rmsnorm_f32_variant(int64_t d) {
-  return make_variant("rmsnorm_f32", {{"d", d}, {"t", std::clamp<int64_t>(pow2_at_most(d / 4), 32, 256)}});
+Variant rmsnorm_f32_variant(int64_t d, int64_t quant_planes) {
+  return make_variant("rmsnorm_f32",
+                      {{"d", d}, {"q", quant_planes}, {"t", std::clamp<int64_t>(pow2_at_most(d / 4), 32, 256)}});
 }
 
-Variant quant_act_q8_variant() { return make_variant("quant_act_q8", {{"t", 256}}); }
+Variant quant_act_q8_variant(int64_t planes) { return make_variant("quant_act_q8", {{"p", planes}, {"t", 256}}); }
 
 // r1 u2 t256 was the fastest tiling at every 9B decode shape on the H200 (bench/RESULTS.md, 2026-11-30).
-Variant gemv_q8_0_variant(int64_t k) { return gemv_q8_0_variant(k, 1, 2, 256); }
+Variant gemv_q8_0_variant(int64_t k, int64_t planes) { return gemv_q8_0_variant(k, planes, 1, 2, 256); }
 
-Variant gemv_q8_0_variant(int64_t k, int64_t rows_per_warp, int64_t unroll, int64_t threads) {
-  return make_variant("gemv_q8_0_dp4a", {{"k", k}, {"r", rows_per_warp}, {"u", unroll}, {"t", threads}});
+Variant gemv_q8_0_variant(int64_t k, int64_t planes, int64_t rows_per_warp, int64_t unroll, int64_t threads) {
+  return make_variant("gemv_q8_0_dp4a",
+                      {{"k", k}, {"p", planes}, {"r", rows_per_warp}, {"u", unroll}, {"t", threads}});
 }
 
 Variant embed_q8_0_variant(int64_t d) {

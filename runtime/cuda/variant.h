@@ -59,10 +59,12 @@ Variant make_variant(std::string_view kernel, const std::vector<std::pair<std::s
 Variant parse_variant(std::string_view name);
 
 // The variants of each template, with the block size the default family uses for a shape.
-Variant rmsnorm_f32_variant(int64_t d);                 // rows of d floats
-Variant quant_act_q8_variant();                         // activation rows -> int8 + f32 scale per 32
-Variant gemv_q8_0_variant(int64_t k);                   // Q8_0 [n][k] x int8 [k], decode
-Variant gemv_q8_0_variant(int64_t k, int64_t rows_per_warp, int64_t unroll, int64_t threads);
+// Rows of d floats; quant_planes > 0: also the output quantized for matmuls (1 or 2 planes, as quant_act_q8).
+Variant rmsnorm_f32_variant(int64_t d, int64_t quant_planes = 0);
+// planes: 1 = int8 activations (q), 2 = q + the residual's int8 plane q2 (x = d*(q + q2/254), ~15 bits).
+Variant quant_act_q8_variant(int64_t planes);           // activation rows -> int8 + f32 scale per 32
+Variant gemv_q8_0_variant(int64_t k, int64_t planes);   // Q8_0 [n][k] x int8 [k], decode
+Variant gemv_q8_0_variant(int64_t k, int64_t planes, int64_t rows_per_warp, int64_t unroll, int64_t threads);
 Variant embed_q8_0_variant(int64_t d);                  // Q8_0 rows of d values -> f32
 
 }  // namespace qrig::cuda

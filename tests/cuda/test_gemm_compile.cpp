@@ -1,10 +1,13 @@
 // CI without a GPU, for the GEMM kernel set (gemm.h): every variant that matmul_q8_0_variants can request for
-// the 9B and 27B matmul shapes (prefill chunks up to 8192 rows, on an H200's 132 SMs and a CMP 100-210's 80)
-// compiles with NVRTC for sm_75 and sm_90 without register spills, declares its block size, uses dp4a, and
-// for the sm_70 feature set (the CMP plans) holds no PTX instruction newer than sm_70. Also the choice logic
-// itself: every T maps to one listed variant, T = 1 to the decode GEMV, small T to the skinny kernel.
+// the 9B and 27B matmul shapes (prefill chunks up to 8192 rows, on an H200's 132 SMs and a CMP 100-210's 80,
+// one and two activation planes) compiles with NVRTC for sm_75 and sm_90 without register spills, declares
+// its block size, uses dp4a, and for the sm_70 feature set (the CMP plans) holds no PTX instruction newer
+// than sm_70; a two-plane variant holds exactly twice the dp4a of its one-plane twin (the same tiling). Also
+// the choice logic itself: every T maps to one listed variant, T = 1 to the decode GEMV, small T to the
+// skinny kernel, and every tiled choice fits the shared memory with its planes.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -29,63 +32,103 @@ const std::vector<std::pair<int64_t, int64_t>> kShapes = {
 const std::vector<int64_t> kMaxT = {8, 64, 512, 8192};
 const std::vector<int> kSms = {132, 80};
 
+// Every GEMM variant (not the GEMV) the shapes may request, both planes; with each two-plane variant its
+// one-plane twin (same name with p1), for the dp4a count comparison.
 std::vector<Variant> all_gemm_variants() {
   std::set<std::string> seen;
   std::vector<Variant> out;
-  for (const auto& [k, n] : kShapes)
-    for (const int64_t max_t : kMaxT)
-      for (const int sms : kSms)
-        for (Variant& v : matmul_q8_0_variants(k, n, max_t, sms))
-          if (seen.insert(v.name).second) out.push_back(std::move(v));
+  auto add = [&](Variant v) {
+    if (v.kernel != "gemv_q8_0_dp4a" && seen.insert(v.name).second) out.push_back(std::move(v));
+  };
+  for (const int64_t planes : {1, 2})
+    for (const auto& [k, n] : kShapes)
+      for (const int64_t max_t : kMaxT)
+        for (const int sms : kSms)
+          for (Variant& v : matmul_q8_0_variants(k, n, max_t, sms, planes)) {
+            if (planes == 2 && v.kernel != "gemv_q8_0_dp4a") {
+              std::vector<std::pair<std::string, int64_t>> p1 = v.params;
+              p1.front().second = 1;  // "p" comes first
+              add(make_variant(v.kernel, p1));
+            }
+            add(std::move(v));
+          }
   return out;
+}
+
+int64_t count_of(const std::string& text, const std::string& what) {
+  int64_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
 }
 
 }  // namespace
 
-TEST_CASE("matmul_q8_0 picks one listed variant for every T: GEMV, skinny, tiled", "[cuda][gemm]") {
-  for (const auto& [k, n] : kShapes)
-    for (const int sms : kSms) {
-      const int64_t max_t = 4096;
-      const std::vector<Variant> vs = matmul_q8_0_variants(k, n, max_t, sms);
-      INFO(k << " -> " << n << " on " << sms << " SMs");
-      CHECK(vs.front() == gemv_q8_0_variant(k));
-      std::set<std::string> used;
-      for (int64_t T = 1; T <= max_t; ++T) {
-        const Variant v = matmul_q8_0_choice(k, n, T, sms);
-        INFO("T = " << T << ": " << v.name);
-        REQUIRE(std::find(vs.begin(), vs.end(), v) != vs.end());
-        used.insert(v.name);
-        if (T == 1) {
-          CHECK(v.kernel == "gemv_q8_0_dp4a");
-        } else if (T <= kSkinnyMaxT) {
-          CHECK(v.kernel == "gemm_q8_0_dp4a_skinny");
-          CHECK(v.param("c") >= T);
-        } else {
-          CHECK(v.kernel == "gemm_q8_0_dp4a_tiled");
-          CHECK(k % (32 * v.param("kb") * v.param("sk")) == 0);
+TEST_CASE("matmul_q8_0 picks one listed variant for every T: GEMV, skinny, tiled; one and two planes", "[cuda][gemm]") {
+  for (const int64_t planes : {1, 2})
+    for (const auto& [k, n] : kShapes)
+      for (const int sms : kSms) {
+        const int64_t max_t = 4096;
+        const std::vector<Variant> vs = matmul_q8_0_variants(k, n, max_t, sms, planes);
+        INFO(k << " -> " << n << " on " << sms << " SMs, " << planes << " plane(s)");
+        CHECK(vs.front() == gemv_q8_0_variant(k, planes));
+        std::set<std::string> used;
+        for (int64_t T = 1; T <= max_t; ++T) {
+          const Variant v = matmul_q8_0_choice(k, n, T, sms, planes);
+          INFO("T = " << T << ": " << v.name);
+          REQUIRE(std::find(vs.begin(), vs.end(), v) != vs.end());
+          used.insert(v.name);
+          CHECK(v.param("p") == planes);
+          if (T == 1) {
+            CHECK(v.kernel == "gemv_q8_0_dp4a");
+          } else if (T <= kSkinnyMaxT) {
+            CHECK(v.kernel == "gemm_q8_0_dp4a_skinny");
+            CHECK(v.param("c") >= T);
+          } else {
+            CHECK(v.kernel == "gemm_q8_0_dp4a_tiled");
+            CHECK(k % (32 * v.param("kb") * v.param("sk")) == 0);
+            CHECK(gemm_q8_0_tiled_smem_bytes(planes, v.param("bn"), v.param("bt"), v.param("kb"), v.param("sk")) <=
+                  kTiledSmemLimit);
+          }
         }
+        CHECK(used.size() == vs.size());  // nothing listed that no T uses
+        CHECK(matmul_q8_0_variants(k, n, 1, sms, planes) == std::vector<Variant>{gemv_q8_0_variant(k, planes)});
       }
-      CHECK(used.size() == vs.size());  // nothing listed that no T uses
-      CHECK(matmul_q8_0_variants(k, n, 1, sms) == std::vector<Variant>{gemv_q8_0_variant(k)});
-    }
-  // Large prefill chunks of the big shapes run the 128 x 128 tile.
+  // Large prefill chunks of the big shapes run a large tile (two planes: 128 x 32 keeps two CTAs per SM).
   for (const int64_t T : {512, 1024, 4096}) {
-    const Variant v = matmul_q8_0_choice(4096, 12288, T, 132);
+    const Variant v = matmul_q8_0_choice(4096, 12288, T, 132, 1);
     CHECK(v.param("bn") * v.param("bt") >= 128 * 64);
     CHECK(v.param("sk") == 1);
+    const Variant v2 = matmul_q8_0_choice(4096, 12288, T, 132, 2);
+    CHECK(v2.param("bn") * v2.param("bt") >= 128 * 32);
+    CHECK(v2.param("sk") == 1);
   }
-  CHECK_THROWS_AS(matmul_q8_0_choice(100, 64, 4, 132), KernelError);
-  CHECK_THROWS_AS(matmul_q8_0_variants(4096, 64, 0, 132), KernelError);
-  CHECK_THROWS_AS(gemm_q8_0_tiled_variant(128, 128, 8, 8, 3), KernelError);
-  CHECK_THROWS_AS(gemm_q8_0_tiled_variant(96, 128, 8, 8, 1), KernelError);  // 96 rows: not whole 64-row warps
-  CHECK_THROWS_AS(gemm_q8_0_skinny_variant(3, 2, 2, 128), KernelError);     // not a power of two
-  CHECK_THROWS_AS(gemm_q8_0_skinny_variant(16, 8, 1, 128), KernelError);    // 128 sums per lane
-  const Variant t = gemm_q8_0_tiled_variant(128, 64, 8, 4, 1);
-  CHECK(t.name == "gemm_q8_0_dp4a_tiled_bn128_bt64_tn8_tt4_kb1_sk1_t256");
-  CHECK(gemm_q8_0_tiled_variant(32, 32, 4, 4, 2, 4).threads() == 256);
+  CHECK_THROWS_AS(matmul_q8_0_choice(100, 64, 4, 132, 1), KernelError);
+  CHECK_THROWS_AS(matmul_q8_0_choice(4096, 64, 4, 132, 0), KernelError);
+  CHECK_THROWS_AS(matmul_q8_0_choice(4096, 64, 4, 132, 3), KernelError);
+  CHECK_THROWS_AS(matmul_q8_0_variants(4096, 64, 0, 132, 1), KernelError);
+  CHECK_THROWS_AS(gemm_q8_0_tiled_variant(1, 128, 128, 8, 8, 3), KernelError);
+  CHECK_THROWS_AS(gemm_q8_0_tiled_variant(1, 96, 128, 8, 8, 1), KernelError);  // 96 rows: not whole 64-row warps
+  CHECK_THROWS_AS(gemm_q8_0_tiled_variant(3, 128, 64, 8, 4, 1), KernelError);  // planes 1..2
+  CHECK_THROWS_AS(gemm_q8_0_skinny_variant(1, 3, 2, 2, 128), KernelError);     // not a power of two
+  CHECK_THROWS_AS(gemm_q8_0_skinny_variant(1, 16, 8, 1, 128), KernelError);    // 128 sums per lane
+  CHECK_THROWS_AS(gemm_q8_0_skinny_variant(0, 16, 4, 1, 128), KernelError);
+  // Shared memory: the template's own layout, and the second plane's tiles refused where they do not fit.
+  CHECK(gemm_q8_0_tiled_smem_bytes(1, 128, 64, 2, 1) == 28672);  // ptxas: 28672 bytes smem
+  CHECK(gemm_q8_0_tiled_smem_bytes(2, 128, 64, 2, 1) == 37376);
+  CHECK(gemm_q8_0_tiled_smem_bytes(1, 32, 32, 2, 4) == 40960);
+  CHECK_NOTHROW(gemm_q8_0_tiled_variant(1, 128, 128, 8, 8, 2));
+  CHECK_THROWS_AS(gemm_q8_0_tiled_variant(2, 128, 128, 8, 8, 2), KernelError);
+  CHECK_NOTHROW(gemm_q8_0_tiled_variant(2, 128, 128, 8, 8, 1));
+  CHECK_NOTHROW(gemm_q8_0_tiled_variant(1, 32, 32, 4, 4, 2, 4));
+  CHECK_THROWS_AS(gemm_q8_0_tiled_variant(2, 32, 32, 4, 4, 2, 4), KernelError);
+  CHECK_NOTHROW(gemm_q8_0_tiled_variant(2, 32, 32, 4, 4, 1, 4));
+  const Variant t = gemm_q8_0_tiled_variant(1, 128, 64, 8, 4, 1);
+  CHECK(t.name == "gemm_q8_0_dp4a_tiled_p1_bn128_bt64_tn8_tt4_kb1_sk1_t256");
+  CHECK(gemm_q8_0_tiled_variant(2, 128, 64, 8, 4, 1).name == "gemm_q8_0_dp4a_tiled_p2_bn128_bt64_tn8_tt4_kb1_sk1_t256");
+  CHECK(gemm_q8_0_tiled_variant(1, 32, 32, 4, 4, 2, 4).threads() == 256);
   CHECK(parse_variant(t.name) == t);
-  const Variant s = gemm_q8_0_skinny_variant(8, 2, 2, 128);
-  CHECK(s.name == "gemm_q8_0_dp4a_skinny_c8_r2_u2_t128");
+  const Variant s = gemm_q8_0_skinny_variant(2, 8, 2, 2, 128);
+  CHECK(s.name == "gemm_q8_0_dp4a_skinny_p2_c8_r2_u2_t128");
   CHECK(parse_variant(s.name) == s);
 }
 
@@ -102,11 +145,27 @@ TEST_CASE("every GEMM variant of the 9B/27B shapes compiles for sm_75 and sm_90 
   const std::vector<CompiledKernel> out = test::compile_all(compiler, jobs, errors);
   for (const auto& e : errors) FAIL_CHECK(e);
 
+  std::map<std::pair<std::string, int>, int64_t> dp4a;  // by (variant, feature sm)
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompiledKernel& k = out[i];
     if (k.cubin.empty()) continue;  // reported above
     test::check_compiled_kernel(k, jobs[i].sm);
     INFO(k.variant.name << " for sm_" << jobs[i].sm);
-    CHECK(k.ptx.find("dp4a.s32.s32") != std::string::npos);
+    dp4a[{k.variant.name, jobs[i].sm}] = count_of(k.ptx, "dp4a.s32.s32");
+    CHECK(dp4a[{k.variant.name, jobs[i].sm}] > 0);
   }
+  // Two planes: twice the dp4a of the same tiling with one (every loop that holds them is unrolled).
+  int64_t pairs = 0;
+  for (const auto& [key, n] : dp4a) {
+    const Variant v = parse_variant(key.first);
+    if (v.param("p") != 2) continue;
+    std::vector<std::pair<std::string, int64_t>> p1 = v.params;
+    p1.front().second = 1;
+    const auto twin = dp4a.find({make_variant(v.kernel, p1).name, key.second});
+    INFO(key.first << " for sm_" << key.second);
+    REQUIRE(twin != dp4a.end());
+    CHECK(n == 2 * twin->second);
+    ++pairs;
+  }
+  CHECK(pairs > 0);
 }

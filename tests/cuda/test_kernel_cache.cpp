@@ -136,8 +136,8 @@ TEST_CASE("kernel compiler: a second request does not compile; a new compiler re
   CHECK(!k1.from_disk);
   CHECK(!k1.cubin.empty());
   CHECK(k1.ptx.find(".entry rmsnorm_f32") != std::string::npos);
-  CHECK(k1.cache_stem.rfind("rmsnorm_f32_d256_t64.sm_80.", 0) == 0);
-  const CompiledKernel k1b = c1.get("rmsnorm_f32_d256_t64", 80);
+  CHECK(k1.cache_stem.rfind("rmsnorm_f32_d256_q0_t64.sm_80.", 0) == 0);
+  const CompiledKernel k1b = c1.get("rmsnorm_f32_d256_q0_t64", 80);
   CHECK(c1.compiles() == 1);
   CHECK(c1.memory_hits() == 1);
   CHECK(k1b.cubin == k1.cubin);
@@ -171,14 +171,14 @@ TEST_CASE("kernel compiler: the no-JIT switch makes a compile an error, cached k
   test::ScratchDir d("nojit");
   {
     KernelCompiler warm(d.path);
-    warm.get(quant_act_q8_variant(), 86);
+    warm.get(quant_act_q8_variant(1), 86);
   }
   KernelCompiler c(d.path);
   c.forbid_jit();
   CHECK(c.jit_forbidden());
-  const CompiledKernel k = c.get(quant_act_q8_variant(), 86);  // warmed: from disk
+  const CompiledKernel k = c.get(quant_act_q8_variant(1), 86);  // warmed: from disk
   CHECK(k.from_disk);
-  CHECK_THROWS_AS(c.get(quant_act_q8_variant(), 89), JitForbidden);
+  CHECK_THROWS_AS(c.get(quant_act_q8_variant(1), 89), JitForbidden);
   CHECK_THROWS_WITH(c.get(embed_q8_0_variant(256), 86),
                     Catch::Contains("embed_q8_0_d256_t32") && Catch::Contains("forbidden"));
   CHECK(c.compiles() == 0);

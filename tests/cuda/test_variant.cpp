@@ -21,18 +21,21 @@ bool has_variant(const PlanKernels& pk, const std::string& name) {
 }  // namespace
 
 TEST_CASE("variant names spell out every parameter and parse back", "[cuda]") {
-  const Variant g = gemv_q8_0_variant(4096, 2, 4, 256);
-  CHECK(g.name == "gemv_q8_0_dp4a_k4096_r2_u4_t256");
+  const Variant g = gemv_q8_0_variant(4096, 2, 2, 4, 256);
+  CHECK(g.name == "gemv_q8_0_dp4a_k4096_p2_r2_u4_t256");
   CHECK(g.kernel == "gemv_q8_0_dp4a");
   CHECK(g.file == "gemv_q8_0_dp4a.cu");
-  CHECK(g.defines() == std::vector<std::string>{"-DQRIG_K=4096", "-DQRIG_ROWS=2", "-DQRIG_UNROLL=4", "-DQRIG_THREADS=256"});
+  CHECK(g.defines() ==
+        std::vector<std::string>{"-DQRIG_K=4096", "-DQRIG_PLANES=2", "-DQRIG_ROWS=2", "-DQRIG_UNROLL=4", "-DQRIG_THREADS=256"});
   CHECK(g.threads() == 256);
-  CHECK(rmsnorm_f32_variant(4096).name == "rmsnorm_f32_d4096_t256");
-  CHECK(rmsnorm_f32_variant(256).name == "rmsnorm_f32_d256_t64");
+  CHECK(rmsnorm_f32_variant(4096).name == "rmsnorm_f32_d4096_q0_t256");
+  CHECK(rmsnorm_f32_variant(256, 2).name == "rmsnorm_f32_d256_q2_t64");
   CHECK(embed_q8_0_variant(4096).name == "embed_q8_0_d4096_t256");
   CHECK(embed_q8_0_variant(256).name == "embed_q8_0_d256_t32");
-  CHECK(quant_act_q8_variant().name == "quant_act_q8_t256");
-  for (const Variant& v : {g, rmsnorm_f32_variant(5120), embed_q8_0_variant(5120), quant_act_q8_variant()}) {
+  CHECK(quant_act_q8_variant(1).name == "quant_act_q8_p1_t256");
+  CHECK(quant_act_q8_variant(2).name == "quant_act_q8_p2_t256");
+  CHECK_THROWS_AS(quant_act_q8_variant(3), KernelError);
+  for (const Variant& v : {g, rmsnorm_f32_variant(5120), embed_q8_0_variant(5120), quant_act_q8_variant(2)}) {
     const Variant p = parse_variant(v.name);
     CHECK(p.name == v.name);
     CHECK(p.params == v.params);
@@ -49,18 +52,18 @@ TEST_CASE("bad variant names and parameters are refused with the reason", "[cuda
     }
     return std::string("(accepted)");
   };
-  CHECK_THAT(msg("gemv_q8_0_dp4a_k4096_r2_u4"), Catch::Contains("'t'") && Catch::Contains("missing"));
-  CHECK_THAT(msg("gemv_q8_0_dp4a_k4095_r2_u4_t256"), Catch::Contains("multiple of 32"));
-  CHECK_THAT(msg("gemv_q8_0_dp4a_r2_k4096_u4_t256"), Catch::Contains("not canonical"));
-  CHECK_THAT(msg("gemv_q8_0_dp4a_k04096_r2_u4_t256"), Catch::Contains("not canonical"));
-  CHECK_THAT(msg("gemv_q8_0_dp4a_k4096_r2_u4_t256_x1"), Catch::Contains("no parameter 'x'"));
-  CHECK_THAT(msg("gemv_q8_0_dp4a_k4096_r2_u4_t100"), Catch::Contains("t = 100"));
-  CHECK_THAT(msg("gemv_q8_0_dp4a_k4096_r9_u4_t256"), Catch::Contains("r = 9"));
-  CHECK_THAT(msg("gemv_q8_0_dp4a_kbig_r2_u4_t256"), Catch::Contains("not a parameter"));
+  CHECK_THAT(msg("gemv_q8_0_dp4a_k4096_p1_r2_u4"), Catch::Contains("'t'") && Catch::Contains("missing"));
+  CHECK_THAT(msg("gemv_q8_0_dp4a_k4095_p1_r2_u4_t256"), Catch::Contains("multiple of 32"));
+  CHECK_THAT(msg("gemv_q8_0_dp4a_r2_k4096_p1_u4_t256"), Catch::Contains("not canonical"));
+  CHECK_THAT(msg("gemv_q8_0_dp4a_k04096_p1_r2_u4_t256"), Catch::Contains("not canonical"));
+  CHECK_THAT(msg("gemv_q8_0_dp4a_k4096_p1_r2_u4_t256_x1"), Catch::Contains("no parameter 'x'"));
+  CHECK_THAT(msg("gemv_q8_0_dp4a_k4096_p1_r2_u4_t100"), Catch::Contains("t = 100"));
+  CHECK_THAT(msg("gemv_q8_0_dp4a_k4096_p1_r9_u4_t256"), Catch::Contains("r = 9"));
+  CHECK_THAT(msg("gemv_q8_0_dp4a_kbig_p1_r2_u4_t256"), Catch::Contains("not a parameter"));
   CHECK_THAT(msg("softmax_f32_d64_t32"), Catch::Contains("no template name"));
   CHECK_THAT(msg("rmsnorm_f32"), Catch::Contains("no template name"));
   CHECK_THROWS_AS(make_variant("nope", {}), KernelError);
-  CHECK_THROWS_WITH(make_variant("rmsnorm_f32", {{"d", 64}, {"t", 32}, {"d", 128}}), Catch::Contains("more than once"));
+  CHECK_THROWS_WITH(make_variant("rmsnorm_f32", {{"d", 64}, {"q", 0}, {"t", 32}, {"d", 128}}), Catch::Contains("more than once"));
 }
 
 TEST_CASE("every registered template is embedded, with launch bounds on every kernel", "[cuda]") {
@@ -100,10 +103,13 @@ TEST_CASE("the variants requested by the preset rigs' plans", "[cuda]") {
     const PlanKernels k9 = plan_kernels(p9);
     // 9B: D = 4096, FFN 12288; attn_output (16 x 256) and ssm_out (32 x 128) also have 4096 inputs.
     CHECK(has_variant(k9, "embed_q8_0_d4096_t256"));
-    CHECK(has_variant(k9, "rmsnorm_f32_d4096_t256"));
-    CHECK(has_variant(k9, "quant_act_q8_t256"));
-    CHECK(has_variant(k9, "gemv_q8_0_dp4a_k4096_r1_u2_t256"));
-    CHECK(has_variant(k9, "gemv_q8_0_dp4a_k12288_r1_u2_t256"));
+    // Norms feeding matmuls quantize their output (q1 for prefill, q2 for decode: two activation planes up
+    // to plan.precise_rows rows); decode GEMVs take two planes.
+    CHECK(p9.precise_rows == 4);
+    for (const char* n : {"rmsnorm_f32_d4096_q0_t256", "rmsnorm_f32_d4096_q1_t256", "rmsnorm_f32_d4096_q2_t256",
+                          "quant_act_q8_p1_t256", "quant_act_q8_p2_t256", "gemv_q8_0_dp4a_k4096_p2_r1_u2_t256",
+                          "gemv_q8_0_dp4a_k12288_p2_r1_u2_t256"})
+      CHECK(has_variant(k9, n));
     for (const char* n : {"add_f32_t256", "swiglu_f32_t256", "conv1d_silu_f32_k4_t128", "head_rmsnorm_f32_d256_t128",
                           "gated_rmsnorm_f32_d128_t128", "rope_neox_f32_d256_r64_t128", "kv_write_f16_t256",
                           "argmax_f32_t1024"})
@@ -113,14 +119,15 @@ TEST_CASE("the variants requested by the preset rigs' plans", "[cuda]") {
 
     const PlanKernels k27 = plan_kernels(test::preset_plan("27b", rig));
     // 27B: D = 5120, FFN 17408, attention 24 x 256 = 6144 and GDN values 48 x 128 = 6144.
-    for (const char* n : {"embed_q8_0_d5120_t256", "rmsnorm_f32_d5120_t256", "gemv_q8_0_dp4a_k5120_r1_u2_t256",
-                          "gemv_q8_0_dp4a_k6144_r1_u2_t256", "gemv_q8_0_dp4a_k17408_r1_u2_t256", "quant_act_q8_t256"})
+    for (const char* n : {"embed_q8_0_d5120_t256", "rmsnorm_f32_d5120_q2_t256", "gemv_q8_0_dp4a_k5120_p2_r1_u2_t256",
+                          "gemv_q8_0_dp4a_k6144_p2_r1_u2_t256", "gemv_q8_0_dp4a_k17408_p2_r1_u2_t256",
+                          "quant_act_q8_p1_t256"})
       CHECK(has_variant(k27, n));
     CHECK(k27.missing.empty());
 
     const PlanKernels kt = plan_kernels(test::preset_plan("tiny", rig));
-    for (const char* n : {"embed_q8_0_d256_t32", "rmsnorm_f32_d256_t64", "gemv_q8_0_dp4a_k256_r1_u2_t256",
-                          "gemv_q8_0_dp4a_k512_r1_u2_t256"})
+    for (const char* n : {"embed_q8_0_d256_t32", "rmsnorm_f32_d256_q1_t64", "gemv_q8_0_dp4a_k256_p2_r1_u2_t256",
+                          "gemv_q8_0_dp4a_k512_p2_r1_u2_t256"})
       CHECK(has_variant(kt, n));
   }
   CHECK(test::preset_plan("9b", "cmp-100-210-x4").arch_target == "sm_70");

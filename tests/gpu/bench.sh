@@ -3,9 +3,10 @@
 # ninja -C build-gpu qrig_tests_gpu, which also bundles qrig). Usage:
 #   tests/gpu/bench.sh [presets...]        default: 9b        (27b writes a 27 GB file first)
 # Steps: qrig probe -> rig.toml; qrig verify of fixtures/tiny.gguf against tiny-ref.gguf on the GPU (prefill, and
-# prefill 17 + decode); for each preset: qrig synth, qrig compile for the probed rig (context 33K),
+# prefill 17 + decode; both again with --precise: two activation planes in every matmul); `qrig run` and `qrig serve` on the GPU (tests/gpu/serve_smoke.sh); for each preset: qrig synth, qrig compile for the probed rig (context 33K),
 # qrig bench -p 512,4096,32768 -n 128 and -n 128 -d 32768, JSON + markdown under $OUT. Env: QRIG_BENCH_REPS (3),
-# QRIG_BENCH_P (512,4096,32768), QRIG_BENCH_DEPTH (32768; 0 skips the depth test), QRIG_MODEL_DIR (/tmp/qrig-models), QRIG_SHARED_DIR (../shared: the fixtures).
+# QRIG_BENCH_P (512,4096,32768), QRIG_BENCH_DEPTH (32768; 0 skips the depth test), QRIG_BENCH_COMPARE=1 (also
+# tg128 without CUDA graphs, and pp512/pp4096/tg128 of a --precise plan), QRIG_MODEL_DIR (/tmp/qrig-models), QRIG_SHARED_DIR (../shared: the fixtures).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bundle=""
@@ -47,6 +48,9 @@ if ! run probe "$qrig" probe -o "$rig"; then
 fi
 run verify_tiny "$qrig" verify "$shared/fixtures/tiny.gguf" "$shared/fixtures/tiny-ref.gguf" --rig "$rig"
 run verify_tiny_decode "$qrig" verify "$shared/fixtures/tiny.gguf" "$shared/fixtures/tiny-ref.gguf" --rig "$rig" --split 17
+run verify_tiny_precise "$qrig" verify "$shared/fixtures/tiny.gguf" "$shared/fixtures/tiny-ref.gguf" --rig "$rig" --precise
+run verify_tiny_precise_decode "$qrig" verify "$shared/fixtures/tiny.gguf" "$shared/fixtures/tiny-ref.gguf" --rig "$rig" --precise --split 17
+run serve_smoke env QRIG_SHARED_DIR="$shared" OUT="$out" bash "$root/tests/gpu/serve_smoke.sh" "$rig"
 
 for p in "${presets[@]}"; do
   gguf="$models/$p.gguf"
@@ -58,13 +62,19 @@ for p in "${presets[@]}"; do
   if (( depth > 0 )); then
     run "bench_${p}_depth" "$qrig" bench "$models/plan-$p" -p 0 -n 128 -d "$depth" -r "$reps" --json "$out/bench_${p}_depth.json"
   fi
+  if [[ "${QRIG_BENCH_COMPARE:-0}" == 1 ]]; then  # decode without CUDA graphs; a --precise plan
+    run "bench_${p}_nographs" env QRIG_CUDA_GRAPHS=0 "$qrig" bench "$models/plan-$p" -p 0 -n 128 -r "$reps"
+    run "compile_${p}_precise" "$qrig" compile "$gguf" --rig "$rig" --ctx 5120 --parallel 1 --precise -o "$models/plan-$p-precise" &&
+      run "bench_${p}_precise" "$qrig" bench "$models/plan-$p-precise" -p 512,4096 -n 128 -r "$reps"
+  fi
 done
 
 {
   echo
   for f in "$out"/verify_tiny*.log; do echo "$(basename "$f"): $(tail -1 "$f")"; done
+  grep '^|' "$out/serve_smoke.log"
   for p in "${presets[@]}"; do
-    for f in "$out/bench_$p.log" "$out/bench_${p}_depth.log"; do [[ -f "$f" ]] && grep '^|' "$f"; done
+    for f in "$out/bench_$p.log" "$out/bench_${p}_depth.log" "$out/bench_${p}_nographs.log" "$out/bench_${p}_precise.log"; do [[ -f "$f" ]] && grep -E '^\||^steps:' "$f"; done
   done
   echo
   echo "| step | result | time | log |"

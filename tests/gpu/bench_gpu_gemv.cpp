@@ -73,40 +73,43 @@ TEST_CASE("decode GEMV bandwidth at 9B shapes", "[.bench]") {
       copy_on_device(sc.back().data(), w.scales.data(), w.scales.bytes(), g.stream.get(), "scales copy");
     }
     DeviceBuffer<float> x(0, (size_t)s.k, "x"), xd(0, (size_t)s.k / 32, "xd"), y(0, (size_t)s.n, "y");
-    DeviceBuffer<int8_t> xq(0, (size_t)s.k, "xq");
+    DeviceBuffer<int8_t> xq(0, (size_t)s.k, "xq"), xq2(0, (size_t)s.k, "xq2");
     x.upload(randn((size_t)s.k, 5));
-    const LoadedKernel quant = g.load(quant_act_q8_variant());
-    launch_quant_act_q8(quant, x.data(), xq.data(), xd.data(), s.k, g.stream.get());
-    g.stream.sync("bench setup");
-    const double bytes = (double)wbytes + s.k + s.k / 8.0 + 4.0 * s.n;
-    const std::string shape = fmt::format("{}->{} ({})", s.k, s.n, s.what);
-    const int iters = std::max(copies, 200);
-    Event e0(0), e1(0);
-    // The activation quantization that precedes every GEMV.
-    e0.record(g.stream.get());
-    for (int i = 0; i < iters; ++i) launch_quant_act_q8(quant, x.data(), xq.data(), xd.data(), s.k, g.stream.get());
-    e1.record(g.stream.get());
-    e1.sync();
-    const double qus = Event::elapsed_ms(e0, e1) * 1e3 / iters;
-    rows.push_back({shape, quant.variant.name, qus, (s.k * 4.0 + s.k * 1.125) / (qus * 1e-6) / 1e9});
-    for (int64_t r : {1, 2, 4})
-      for (int64_t u : {2, 4, 8})
-        for (int64_t t : {128, 256}) {
-          const LoadedKernel k = g.load(gemv_q8_0_variant(s.k, r, u, t));
-          auto run = [&](int i) {
-            const int c = i % copies;
-            launch_gemv_q8_0(k, {qs[(size_t)c].data(), sc[(size_t)c].data(), s.n, s.k}, xq.data(), xd.data(), y.data(),
-                             g.stream.get());
-          };
-          for (int i = 0; i < copies; ++i) run(i);  // warm-up (and a full pass over the copies)
-          e0.record(g.stream.get());
-          for (int i = 0; i < iters; ++i) run(i);
-          e1.record(g.stream.get());
-          e1.sync();
-          const double us = Event::elapsed_ms(e0, e1) * 1e3 / iters;
-          rows.push_back({shape, k.variant.name, us, bytes / (us * 1e-6) / 1e9});
-        }
-    g.stream.sync("bench " + shape);
+    for (const int64_t planes : {1, 2}) {
+      const LoadedKernel quant = g.load(quant_act_q8_variant(planes));
+      launch_quant_act_q8(quant, x.data(), xq.data(), xd.data(), xq2.data(), s.k, g.stream.get());
+      g.stream.sync("bench setup");
+      const double bytes = (double)wbytes + (double)(s.k * planes) + s.k / 8.0 + 4.0 * s.n;
+      const std::string shape = fmt::format("{}->{} ({}) p{}", s.k, s.n, s.what, planes);
+      const int iters = std::max(copies, 200);
+      Event e0(0), e1(0);
+      // The activation quantization that precedes every GEMV.
+      e0.record(g.stream.get());
+      for (int i = 0; i < iters; ++i)
+        launch_quant_act_q8(quant, x.data(), xq.data(), xd.data(), xq2.data(), s.k, g.stream.get());
+      e1.record(g.stream.get());
+      e1.sync();
+      const double qus = Event::elapsed_ms(e0, e1) * 1e3 / iters;
+      rows.push_back({shape, quant.variant.name, qus, (s.k * 4.0 + s.k * (planes + 0.125)) / (qus * 1e-6) / 1e9});
+      for (int64_t r : {1, 2, 4})
+        for (int64_t u : {2, 4, 8})
+          for (int64_t t : {128, 256}) {
+            const LoadedKernel k = g.load(gemv_q8_0_variant(s.k, planes, r, u, t));
+            auto run = [&](int i) {
+              const int c = i % copies;
+              launch_gemv_q8_0(k, {qs[(size_t)c].data(), sc[(size_t)c].data(), s.n, s.k}, xq.data(), xd.data(),
+                               xq2.data(), y.data(), g.stream.get());
+            };
+            for (int i = 0; i < copies; ++i) run(i);  // warm-up (and a full pass over the copies)
+            e0.record(g.stream.get());
+            for (int i = 0; i < iters; ++i) run(i);
+            e1.record(g.stream.get());
+            e1.sync();
+            const double us = Event::elapsed_ms(e0, e1) * 1e3 / iters;
+            rows.push_back({shape, k.variant.name, us, bytes / (us * 1e-6) / 1e9});
+          }
+      g.stream.sync("bench " + shape);
+    }
   }
 
   const double peak = peak_gbps();

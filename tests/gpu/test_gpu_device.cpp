@@ -80,16 +80,19 @@ TEST_CASE("launch, load and allocation failures are clear errors", "[gpu]") {
   CHECK_THROWS_WITH(DeviceBuffer<char>(0, (size_t)g.info.total_bytes * 2, "too big"),
                     Catch::Contains("cudaMalloc") && Catch::Contains("too big") && Catch::Contains("MiB free"));
   // Launchers refuse the wrong template, a shape the variant was not compiled for, misaligned pointers.
-  CHECK_THROWS_WITH(launch_quant_act_q8(k, x.data(), nullptr, x.data(), 32, g.stream.get()),
+  CHECK_THROWS_WITH(launch_quant_act_q8(k, x.data(), nullptr, x.data(), nullptr, 32, g.stream.get()),
                     Catch::Contains("quant_act_q8 launcher"));
-  const LoadedKernel gemv = g.load(gemv_q8_0_variant(4096));
-  Q8Matrix m{reinterpret_cast<const int8_t*>(x.data()), reinterpret_cast<const uint16_t*>(x.data()), 4, 2048};
-  CHECK_THROWS_WITH(launch_gemv_q8_0(gemv, m, reinterpret_cast<const int8_t*>(x.data()), x.data(), x.data(), g.stream.get()),
-                    Catch::Contains("2048 columns"));
+  const LoadedKernel gemv = g.load(gemv_q8_0_variant(4096, 2));
+  const int8_t* xi = reinterpret_cast<const int8_t*>(x.data());
+  Q8Matrix m{xi, reinterpret_cast<const uint16_t*>(x.data()), 4, 2048};
+  CHECK_THROWS_WITH(launch_gemv_q8_0(gemv, m, xi, x.data(), xi, x.data(), g.stream.get()), Catch::Contains("2048 columns"));
   m.cols = 4096;
-  CHECK_THROWS_WITH(
-      launch_gemv_q8_0(gemv, m, reinterpret_cast<const int8_t*>(x.data()) + 4, x.data(), x.data(), g.stream.get()),
-      Catch::Contains("xq is not 16-byte aligned"));
+  CHECK_THROWS_WITH(launch_gemv_q8_0(gemv, m, xi + 4, x.data(), xi, x.data(), g.stream.get()),
+                    Catch::Contains("xq is not 16-byte aligned"));
+  CHECK_THROWS_WITH(launch_gemv_q8_0(gemv, m, xi, x.data(), nullptr, x.data(), g.stream.get()),
+                    Catch::Contains("xq2 is null"));
+  CHECK_THROWS_WITH(launch_gemv_q8_0(gemv, m, xi, x.data(), xi + 4, x.data(), g.stream.get()),
+                    Catch::Contains("xq2 is not 16-byte aligned"));
   // Nothing above reached the GPU: the context is healthy.
   synchronize(0, "after refused launches");
 }

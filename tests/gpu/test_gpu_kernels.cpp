@@ -1,11 +1,13 @@
 // Each default-family kernel against its CPU reference op on the GPU, on fresh random inputs at real 9B
 // shapes, outputs poisoned with NaN first. Error = max|gpu - cpu| / max|cpu| (cpu::test::rel_err). Thresholds:
-//   rmsnorm_f32        2e-6   fp32 sum of squares vs the reference's double: a few ulp
-//   quant_act_q8       exact  same fp32 formulas as the host reference, bit for bit
-//   gemv_q8_0_dp4a     2e-5   vs cpu::matmul on the same Q8_0 weights and the SAME int8-quantized activation
-//                             (only fp32 summation order differs)
-//                      2e-2   vs cpu::matmul on the float activation: int8 activation quantization (a step of
+//   rmsnorm_f32        2e-6   fp32 sum of squares vs the reference's double: a few ulp; with the fused
+//                             quantization (q1, q2) the same row, and its int8 form exactly quant_act_q8's
+//   quant_act_q8       exact  same fp32 formulas as the host reference, bit for bit (both planes)
+//   gemv_q8_0_dp4a     2e-5   vs cpu::matmul on the same Q8_0 weights and the SAME quantized activation
+//                             (only fp32 summation order differs), one plane or two
+//                      2e-2   vs cpu::matmul on the float activation, one int8 plane: quantization (a step of
 //                             amax/127 per 32 values) leaves ~0.7% relative noise on N(0,1) activations
+//                      1e-4   the same with two planes (the residual on the step amax/127/254)
 //   embed_q8_0         exact  scale * q is exact in fp32
 // Every GEMV tiling (rows per warp, unroll, block size) adds each row's terms in the same order, so all
 // variants must agree bit for bit, and repeated runs too (deterministic).
@@ -20,67 +22,74 @@ using namespace qrig::cuda::gputest;
 namespace {
 
 std::vector<float> run_gemv(const LoadedKernel& k, const Q8Test& w, const DeviceBuffer<int8_t>& xq,
-                            const DeviceBuffer<float>& xd) {
+                            const DeviceBuffer<float>& xd, const DeviceBuffer<int8_t>& xq2) {
   Gpu& g = Gpu::get();
   auto y = poisoned_device((size_t)w.rows, "gemv output");
-  launch_gemv_q8_0(k, w.device(), xq.data(), xd.data(), y.data(), g.stream.get());
+  launch_gemv_q8_0(k, w.device(), xq.data(), xd.data(), xq2.data(), y.data(), g.stream.get());
   g.stream.sync(k.variant.name);
   return y.download();
 }
 
 void check_gemv(int64_t K, int64_t N, uint64_t seed, bool all_tilings) {
   Gpu& g = Gpu::get();
-  const std::string shape = fmt::format("{}->{}", K, N);
-  INFO("GEMV " << shape);
   const Q8Test w(N, K, seed);
   const std::vector<float> x = randn((size_t)K, seed + 1);
-  std::vector<int8_t> hq((size_t)K);
-  std::vector<float> hd((size_t)(K / 32));
-  quantize_activation_q8(x.data(), K, hq.data(), hd.data());
-  const std::vector<float> xhat = dequantize_activation_q8(hq.data(), hd.data(), K);
-  std::vector<float> ref_q((size_t)N), ref_f((size_t)N);
-  cpu::matmul(w.host(), xhat.data(), 1, ref_q.data());
+  std::vector<float> ref_f((size_t)N);
   cpu::matmul(w.host(), x.data(), 1, ref_f.data());
+  for (const int64_t planes : {1, 2}) {
+    const std::string shape = fmt::format("{}->{} p{}", K, N, planes);
+    INFO("GEMV " << shape);
+    std::vector<int8_t> hq((size_t)K), hq2((size_t)K);
+    std::vector<float> hd((size_t)(K / 32));
+    quantize_activation_q8(x.data(), K, hq.data(), hd.data(), planes == 2 ? hq2.data() : nullptr);
+    const std::vector<float> xhat = dequantize_activation_q8(hq.data(), hd.data(), K, planes == 2 ? hq2.data() : nullptr);
+    std::vector<float> ref_q((size_t)N);
+    cpu::matmul(w.host(), xhat.data(), 1, ref_q.data());
 
-  // Host-quantized activation -> GEMV: only the summation order differs from the reference.
-  DeviceBuffer<int8_t> xq(0, (size_t)K, "xq");
-  DeviceBuffer<float> xd(0, (size_t)(K / 32), "xd");
-  xq.upload(hq);
-  xd.upload(hd);
-  const LoadedKernel gemv = g.load(gemv_q8_0_variant(K));
-  const std::vector<float> y = run_gemv(gemv, w, xq, xd);
-  const double tight = rel_err(y, ref_q);
-  report("gemv_q8_0_dp4a", shape, "vs same int8 activation", tight, 2e-5);
-  CHECK(tight <= 2e-5);
-  CHECK(cpu::test::bit_equal(run_gemv(gemv, w, xq, xd), y));  // deterministic
+    // Host-quantized activation -> GEMV: only the summation order differs from the reference. With one plane
+    // the kernel must not read the second: it holds garbage.
+    DeviceBuffer<int8_t> xq(0, (size_t)K, "xq"), xq2(0, (size_t)K, "xq2");
+    DeviceBuffer<float> xd(0, (size_t)(K / 32), "xd");
+    xq.upload(hq);
+    xd.upload(hd);
+    if (planes == 2) xq2.upload(hq2); else xq2.fill_bytes(0x7F);
+    const LoadedKernel gemv = g.load(gemv_q8_0_variant(K, planes));
+    const std::vector<float> y = run_gemv(gemv, w, xq, xd, xq2);
+    const double tight = rel_err(y, ref_q);
+    report("gemv_q8_0_dp4a", shape, "vs same quantized activation", tight, 2e-5);
+    CHECK(tight <= 2e-5);
+    CHECK(cpu::test::bit_equal(run_gemv(gemv, w, xq, xd, xq2), y));  // deterministic
 
-  // f32 activation -> quant_act_q8 -> GEMV: the decode path. Same bits as above (quantization is exact).
-  DeviceBuffer<float> xf(0, (size_t)K, "x");
-  xf.upload(x);
-  DeviceBuffer<int8_t> xq2(0, (size_t)K, "xq (gpu)");
-  DeviceBuffer<float> xd2(0, (size_t)(K / 32), "xd (gpu)");
-  xq2.fill_bytes(0x55);
-  xd2.fill_bytes(0xFF);
-  launch_quant_act_q8(g.load(quant_act_q8_variant()), xf.data(), xq2.data(), xd2.data(), K, g.stream.get());
-  const std::vector<float> y2 = run_gemv(gemv, w, xq2, xd2);
-  CHECK(cpu::test::bit_equal(y2, y));
-  const double loose = rel_err(y2, ref_f);
-  report("quant_act_q8 + gemv_q8_0_dp4a", shape, "vs f32 activation", loose, 2e-2);
-  CHECK(loose <= 2e-2);
+    // f32 activation -> quant_act_q8 -> GEMV: the decode path. Same bits as above (quantization is exact).
+    DeviceBuffer<float> xf(0, (size_t)K, "x");
+    xf.upload(x);
+    DeviceBuffer<int8_t> gq(0, (size_t)K, "xq (gpu)"), gq2(0, (size_t)K, "xq2 (gpu)");
+    DeviceBuffer<float> gd(0, (size_t)(K / 32), "xd (gpu)");
+    gq.fill_bytes(0x55);
+    gq2.fill_bytes(0x55);
+    gd.fill_bytes(0xFF);
+    launch_quant_act_q8(g.load(quant_act_q8_variant(planes)), xf.data(), gq.data(), gd.data(), gq2.data(), K,
+                        g.stream.get());
+    const std::vector<float> y2 = run_gemv(gemv, w, gq, gd, planes == 2 ? gq2 : xq2);
+    CHECK(cpu::test::bit_equal(y2, y));
+    const double loose = rel_err(y2, ref_f), loose_max = planes == 2 ? 1e-4 : 2e-2;
+    report("quant_act_q8 + gemv_q8_0_dp4a", shape, "vs f32 activation", loose, loose_max);
+    CHECK(loose <= loose_max);
 
-  if (all_tilings)
-    for (int64_t r : {1, 2, 4, 8})
-      for (int64_t u : {1, 3, 8})
-        for (int64_t t : {64, 128, 512}) {
-          const Variant v = gemv_q8_0_variant(K, r, u, t);
-          INFO(v.name);
-          CHECK(cpu::test::bit_equal(run_gemv(g.load(v), w, xq, xd), y));
-        }
+    if (all_tilings)
+      for (int64_t r : {1, 2, 4, 8})
+        for (int64_t u : {1, 3, 8})
+          for (int64_t t : {64, 128, 512}) {
+            const Variant v = gemv_q8_0_variant(K, planes, r, u, t);
+            INFO(v.name);
+            CHECK(cpu::test::bit_equal(run_gemv(g.load(v), w, xq, xd, xq2), y));
+          }
+  }
 }
 
 }  // namespace
 
-TEST_CASE("rmsnorm_f32 matches cpu::rmsnorm (D = 4096, 256, 5120), in place too", "[gpu][short]") {
+TEST_CASE("rmsnorm_f32 matches cpu::rmsnorm (D = 4096, 256, 5120), in place too, fused quantization exact", "[gpu][short]") {
   Gpu& g = Gpu::get();
   for (const int64_t D : {4096, 256, 5120}) {
     const int64_t T = 7;
@@ -100,13 +109,38 @@ TEST_CASE("rmsnorm_f32 matches cpu::rmsnorm (D = 4096, 256, 5120), in place too"
     const double e = rel_err(y, ref);
     report("rmsnorm_f32", fmt::format("{}x{}", T, D), "vs cpu::rmsnorm", e, 2e-6);
     CHECK(e <= 2e-6);
+    // Fused with the quantization for a matmul: the same f32 row, and its quantized form bit for bit what the
+    // host reference (= quant_act_q8) makes of that row.
+    for (const int64_t planes : {1, 2}) {
+      INFO("fused quantization, planes " << planes);
+      auto out2 = poisoned_device(x.size(), "rmsnorm out (fused)");
+      DeviceBuffer<int8_t> xq(0, x.size(), "xq"), xq2(0, x.size(), "xq2");
+      DeviceBuffer<float> xd(0, x.size() / 32, "xd");
+      xq.fill_bytes(0x55);
+      xq2.fill_bytes(0x55);
+      xd.fill_bytes(0xFF);
+      launch_rmsnorm_quant_f32(g.load(rmsnorm_f32_variant(D, planes)), dx.data(), dw.data(), out2.data(), T, 1e-6f,
+                               xq.data(), xd.data(), xq2.data(), g.stream.get());
+      g.stream.sync("rmsnorm_f32 fused");
+      CHECK(cpu::test::bit_equal(out2.download(), y));
+      std::vector<int8_t> hq(x.size()), hq2(x.size());
+      std::vector<float> hd(x.size() / 32);
+      quantize_activation_q8(y.data(), (int64_t)y.size(), hq.data(), hd.data(), hq2.data());
+      const auto q = xq.download(), q2 = xq2.download();
+      const auto d = xd.download();
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < y.size(); ++i) mismatches += q[i] != hq[i] || (planes == 2 && q2[i] != hq2[i]);
+      for (size_t b = 0; b < hd.size(); ++b) mismatches += std::memcmp(&d[b], &hd[b], 4) != 0;
+      report("rmsnorm_f32 + quantization", fmt::format("{}x{} q{}", T, D, planes), "mismatches vs quant_act_q8", (double)mismatches, -1);
+      CHECK(mismatches == 0);
+    }
     launch_rmsnorm_f32(k, dx.data(), dw.data(), dx.data(), T, 1e-6f, g.stream.get());  // in place
     g.stream.sync("rmsnorm_f32 in place");
     CHECK(cpu::test::bit_equal(dx.download(), y));
   }
 }
 
-TEST_CASE("quant_act_q8 is bit-exact with the host reference, zero and NaN blocks included", "[gpu][short]") {
+TEST_CASE("quant_act_q8 is bit-exact with the host reference, zero and NaN blocks included, both planes", "[gpu][short]") {
   Gpu& g = Gpu::get();
   const int64_t n = 3 * 12288;
   std::vector<float> x = randn((size_t)n, 7, 0.0f, 1.5f);
@@ -114,27 +148,38 @@ TEST_CASE("quant_act_q8 is bit-exact with the host reference, zero and NaN block
   x[200] = std::nanf("");
   x[300] = -INFINITY;
   x[400] = 1e30f;
-  std::vector<int8_t> hq((size_t)n);
-  std::vector<float> hd((size_t)(n / 32));
-  quantize_activation_q8(x.data(), n, hq.data(), hd.data());
-  DeviceBuffer<float> dx(0, (size_t)n, "x");
-  dx.upload(x);
-  DeviceBuffer<int8_t> dq(0, (size_t)n, "xq");
-  DeviceBuffer<float> dd(0, (size_t)(n / 32), "xd");
-  dq.fill_bytes(0x55);
-  dd.fill_bytes(0xFF);
-  launch_quant_act_q8(g.load(quant_act_q8_variant()), dx.data(), dq.data(), dd.data(), n, g.stream.get());
-  g.stream.sync("quant_act_q8");
-  const auto q = dq.download();
-  const auto d = dd.download();
-  int64_t mismatches = 0;
-  for (int64_t i = 0; i < n; ++i) mismatches += q[(size_t)i] != hq[(size_t)i];
-  for (int64_t b = 0; b < n / 32; ++b)
-    mismatches += std::isnan(hd[(size_t)b]) ? !std::isnan(d[(size_t)b]) : std::memcmp(&d[(size_t)b], &hd[(size_t)b], 4) != 0;
-  report("quant_act_q8", std::to_string(n), "mismatching values + scales", (double)mismatches, -1);
-  CHECK(mismatches == 0);
-  CHECK(std::isnan(d[6]));
-  CHECK(d[2] == 0.0f);
+  for (const int64_t planes : {1, 2}) {
+    INFO("planes " << planes);
+    std::vector<int8_t> hq((size_t)n), hq2((size_t)n);
+    std::vector<float> hd((size_t)(n / 32));
+    quantize_activation_q8(x.data(), n, hq.data(), hd.data(), hq2.data());
+    DeviceBuffer<float> dx(0, (size_t)n, "x");
+    dx.upload(x);
+    DeviceBuffer<int8_t> dq(0, (size_t)n, "xq"), dq2(0, (size_t)n, "xq2");
+    DeviceBuffer<float> dd(0, (size_t)(n / 32), "xd");
+    dq.fill_bytes(0x55);
+    dq2.fill_bytes(0x55);
+    dd.fill_bytes(0xFF);
+    launch_quant_act_q8(g.load(quant_act_q8_variant(planes)), dx.data(), dq.data(), dd.data(), dq2.data(), n,
+                        g.stream.get());
+    g.stream.sync("quant_act_q8");
+    const auto q = dq.download();
+    const auto q2 = dq2.download();
+    const auto d = dd.download();
+    int64_t mismatches = 0, untouched = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      mismatches += q[(size_t)i] != hq[(size_t)i];
+      if (planes == 2) mismatches += q2[(size_t)i] != hq2[(size_t)i];
+      untouched += q2[(size_t)i] == 0x55;
+    }
+    for (int64_t b = 0; b < n / 32; ++b)
+      mismatches += std::isnan(hd[(size_t)b]) ? !std::isnan(d[(size_t)b]) : std::memcmp(&d[(size_t)b], &hd[(size_t)b], 4) != 0;
+    report("quant_act_q8", fmt::format("{} p{}", n, planes), "mismatching values + scales", (double)mismatches, -1);
+    CHECK(mismatches == 0);
+    if (planes == 1) CHECK(untouched == n);  // p1 never writes the second plane
+    CHECK(std::isnan(d[6]));
+    CHECK(d[2] == 0.0f);
+  }
 }
 
 TEST_CASE("gemv_q8_0_dp4a matches cpu::matmul at 9B decode shapes", "[gpu]") {

@@ -1,7 +1,9 @@
 // End to end on the GPU: ../shared/fixtures/tiny.gguf compiled for this GPU runs through the CUDA executor
 // and is compared with the CPU executor computing the same numerics (CpuExecutor::emulate_dp4a_numerics:
 // int8 matmul inputs per 32 values, fp16 K/V) and with ../shared/fixtures/tiny-ref.gguf (transformers,
-// float64). Thresholds, per position over the vocabulary (max|a-r| / max|r|):
+// float64). The default plan quantizes matmul inputs of more than plan.precise_rows (4) rows to one int8 plane
+// (prefill, as llama.cpp) and smaller ones (decode) to two planes (~15 bits); a --precise plan uses two
+// planes everywhere. Thresholds, per position over the vocabulary (max|a-r| / max|r|):
 //   logits vs the CPU with the same numerics   <= 6e-2, top-1 agreement >= 95%: the kernels' fp32 summation
 //       order moves a few values across an int8 rounding boundary, and each such flip is noise of the same
 //       size as the quantization itself, so GPU and emulation differ about as much as either differs from the
@@ -9,6 +11,9 @@
 //   logits vs the float64 reference            <= 1e-1, top-1 agreement >= 90%: the family's int8
 //       activations cost ~7e-2 and ~6% of top-1 on this random model (the CPU emulation measures 7.8e-2 and
 //       93.7%); the fp32 CPU reference stays at 5e-6 and 100%.
+//   precise plan vs the float64 reference      <= 5e-3, top-1 agreement >= 99% (the CPU emulation: 3e-4, 100%)
+// Decode steps run as CUDA graphs (captured once, patched per token): their logits must equal, bit for bit,
+// those of the same steps launched kernel by kernel.
 // Also: prefill + one-token decode gives what one prefill gives (same tolerance against the reference), a
 // step with two sequences gives each what it gets alone, a snapshot restores the recurrent state exactly, and
 // a bad request (context overflow, bad id) is refused before any state changes.
@@ -54,7 +59,7 @@ std::vector<RefSeq> reference() {
   return out;
 }
 
-ir::Plan tiny_plan(const std::string& backend) {
+ir::Plan tiny_plan(const std::string& backend, int64_t precise_rows = -1, int64_t slots = 2) {
   Gpu& g = Gpu::get();
   compiler::Rig rig;
   rig.name = "this-gpu";
@@ -68,8 +73,9 @@ ir::Plan tiny_plan(const std::string& backend) {
   const gguf::File f = gguf::File::open(kShared + "/fixtures/tiny.gguf");
   compiler::CompileOptions co;
   co.context_length = 2048;
-  co.max_sequences = 2;
+  co.max_sequences = slots;
   co.force_backend = backend;
+  co.precise_rows = precise_rows;
   return compiler::compile(f, rig, co);
 }
 
@@ -101,7 +107,7 @@ TEST_CASE("tiny model on the GPU matches the float64 reference", "[gpu][short]")
   runtime::CudaExecutor ex(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, plan.max_batch_tokens, {}});
   const ir::Plan cpu_plan = tiny_plan("cpu");
   runtime::CpuExecutor cpu(cpu_plan, runtime::open_plan_model(cpu_plan));
-  cpu.emulate_dp4a_numerics(true);
+  cpu.emulate_dp4a_numerics(true, plan.precise_rows);
   const int64_t V = ex.vocab_rows();
   Agreement prefill_all, split_decode, vs_emulation;
   for (const RefSeq& s : reference()) {
@@ -209,4 +215,143 @@ TEST_CASE("two sequences in one GPU step get what each gets alone; snapshots res
                             false, false),
                     Catch::Contains("context"));
   CHECK(ex.position(0) == pos);
+}
+
+TEST_CASE("a precise plan (two activation planes everywhere) matches the float64 reference to >= 99% top-1", "[gpu][short]") {
+  const ir::Plan plan = tiny_plan("", 1 << 20);
+  REQUIRE(plan.precise_rows == plan.max_batch_tokens);
+  runtime::CudaExecutor ex(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, plan.max_batch_tokens, {}});
+  const int64_t V = ex.vocab_rows();
+  Agreement prefill_all, split_decode;
+  for (const RefSeq& s : reference()) {
+    INFO(s.name);
+    const int64_t n = (int64_t)s.tokens.size();
+    ex.reset(0);
+    auto o = ex.step({runtime::StepInput{0, s.tokens, true}}, {all_rows(s.tokens.size())}, true, false);
+    compare(o.logits.data(), s.logits.data(), n, V, prefill_all);
+    ex.reset(0);
+    const int64_t first = std::min<int64_t>(17, n);
+    o = ex.step({runtime::StepInput{0, std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + first), true}},
+                {all_rows((size_t)first)}, true, false);
+    compare(o.logits.data(), s.logits.data(), first, V, split_decode);
+    for (int64_t t = first; t < n; ++t) {
+      o = ex.step({runtime::StepInput{0, {s.tokens[(size_t)t]}, true}}, {{0}}, true, false);
+      compare(o.logits.data(), s.logits.data() + t * V, 1, V, split_decode);
+    }
+  }
+  const double top1_a = (double)prefill_all.top1 / (double)prefill_all.n;
+  const double top1_b = (double)split_decode.top1 / (double)split_decode.n;
+  report("model (tiny, cuda, precise)", "prefill, all 4 sequences", "logits max rel err vs float64", prefill_all.max_err, 5e-3);
+  report("model (tiny, cuda, precise)", "prefill, all 4 sequences", "top-1 disagreement vs float64", 1.0 - top1_a, 0.01);
+  report("model (tiny, cuda, precise)", "prefill 17 + decode", "logits max rel err vs float64", split_decode.max_err, 5e-3);
+  report("model (tiny, cuda, precise)", "prefill 17 + decode", "top-1 disagreement vs float64", 1.0 - top1_b, 0.01);
+  CHECK(prefill_all.max_err <= 5e-3);
+  CHECK(split_decode.max_err <= 5e-3);
+  CHECK(top1_a >= 0.99);
+  CHECK(top1_b >= 0.99);
+}
+
+TEST_CASE("decode steps as CUDA graphs give the bits of kernel-by-kernel launches", "[gpu][short]") {
+  const ir::Plan plan = tiny_plan("");
+  runtime::CudaOptions eager_opt, graph_opt;
+  eager_opt.graphs = false;
+  runtime::CudaExecutor eager(plan, runtime::open_plan_model(plan), eager_opt);
+  runtime::CudaExecutor graphed(plan, runtime::open_plan_model(plan), graph_opt);
+  const auto refs = reference();
+  const RefSeq& a = refs.at(0);  // long: 300 tokens
+  const RefSeq& b = refs.at(2);  // random: 64 tokens
+  int64_t mismatches = 0, steps = 0;
+  for (runtime::CudaExecutor* ex : {&eager, &graphed}) {
+    ex->reset(0);
+    ex->reset(1);
+    ex->step({runtime::StepInput{0, std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + 5), false}}, {{}}, false, false);
+    ex->step({runtime::StepInput{1, std::vector<int32_t>(b.tokens.begin(), b.tokens.begin() + 3), false}}, {{}}, false, false);
+  }
+  // One sequence, then both (slots in either order), across the attention's first split boundary (32 keys)
+  // and the growth of its split count: graphs are captured for each shape and patched per token.
+  for (int t = 5; t < 60; ++t) {
+    std::vector<runtime::StepInput> batch;
+    std::vector<std::vector<int32_t>> rows;
+    if (t < 20 || t % 3 != 0) {
+      batch.push_back({0, {a.tokens[(size_t)t]}, true});
+      rows.push_back({0});
+    }
+    if (t >= 20) {
+      const int32_t tb = b.tokens[(size_t)(t - 17) % b.tokens.size()];
+      if (t % 2 == 0) batch.insert(batch.begin(), runtime::StepInput{1, {tb}, true});
+      else batch.push_back({1, {tb}, true});
+      rows.push_back({0});
+    }
+    const auto e = eager.step(batch, rows, true, true);
+    const auto g = graphed.step(batch, rows, true, true);
+    mismatches += !cpu::test::bit_equal(e.logits, g.logits) || e.argmax != g.argmax;
+    ++steps;
+  }
+  const runtime::GraphStats gs = graphed.graph_stats(), es = eager.graph_stats();
+  report("cuda graphs (tiny)", fmt::format("{} decode steps", steps), "steps whose logits differ from eager", (double)mismatches, -1);
+  report("cuda graphs (tiny)", fmt::format("{} decode steps", steps), "captured / replayed",
+         (double)gs.captured + (double)gs.replayed / 1000.0, -1);
+  CHECK(mismatches == 0);
+  CHECK(es.captured == 0);
+  CHECK(es.replayed == 0);
+  CHECK(gs.replayed > gs.captured);  // most steps patched an existing graph
+  CHECK(gs.captured >= 3);           // one sequence; both, in two orders
+  CHECK(gs.captured + gs.replayed == steps);
+}
+
+TEST_CASE("the CUDA backend's candidate selection samples what the host samples from the logits", "[gpu][short]") {
+  const ir::Plan plan = tiny_plan("", -1, 3);
+  std::unique_ptr<runtime::Backend> by_logits = runtime::make_backend(plan), by_top = runtime::make_backend(plan);
+  REQUIRE(by_top->top_k_max() >= 20);
+  const auto refs = reference();
+  // Three sequences with different samplers: Qwen's thinking defaults (top_k 20, presence penalty), greedy,
+  // and top_k 40 with repetition and frequency penalties and a logit bias. Both backends run the same
+  // steps; one hands the host the logits, the other the GPU's candidates; the tokens must be the same.
+  std::vector<runtime::SamplingParams> params(3);
+  params[0] = runtime::SamplingParams::qwen_defaults(true);
+  params[1].temperature = 0.0f;
+  params[2].top_k = 40;
+  params[2].top_p = 0.9f;
+  params[2].min_p = 0.02f;
+  params[2].repetition_penalty = 1.3f;
+  params[2].frequency_penalty = 0.4f;
+  params[2].logit_bias = {{5, 3.0f}, {7, -100.0f}};
+  std::vector<runtime::Sampler> s_logits, s_top;
+  for (int i = 0; i < 3; ++i) {
+    params[(size_t)i].seed = 100 + i;
+    s_logits.emplace_back(params[(size_t)i], (int32_t)plan.vocab_real);
+    s_top.emplace_back(params[(size_t)i], (int32_t)plan.vocab_real);
+  }
+  std::vector<int32_t> last(3);
+  int64_t same = 0, total = 0, from_candidates = 0;
+  for (int step = 0; step < 24; ++step) {
+    std::vector<runtime::StepInput> batch;
+    for (int i = 0; i < 2 + (step >= 4); ++i) {  // the third sequence joins later (its prompt in a decode step)
+      if (step == 0 || (i == 2 && step == 4))
+        batch.push_back({i, std::vector<int32_t>(refs[(size_t)i].tokens.begin(), refs[(size_t)i].tokens.begin() + 9), true});
+      else
+        batch.push_back({i, {last[(size_t)i]}, true});
+    }
+    const auto logits = by_logits->step(batch);
+    std::vector<runtime::Backend::Select> sel;
+    for (const auto& in : batch) sel.push_back({&s_top[(size_t)in.slot], std::max(1, params[(size_t)in.slot].top_k)});
+    std::vector<std::optional<runtime::TopCandidates>> top;
+    const auto fallback = by_top->step_select(batch, sel, top);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      const int slot = batch[k].slot;
+      const int32_t a = s_logits[(size_t)slot].sample(logits[k].data(), (int32_t)by_logits->vocab_rows());
+      const int32_t b = top[k] ? s_top[(size_t)slot].sample_top(*top[k])
+                               : s_top[(size_t)slot].sample(fallback[k].data(), (int32_t)by_top->vocab_rows());
+      from_candidates += top[k].has_value();
+      same += a == b;
+      ++total;
+      s_logits[(size_t)slot].accept(a);
+      s_top[(size_t)slot].accept(b);
+      last[(size_t)slot] = a;
+    }
+  }
+  report("sampling (tiny, cuda)", fmt::format("{} tokens, 3 samplers", total), "tokens differing from the host's",
+         (double)(total - same), -1);
+  CHECK(same == total);
+  CHECK(from_candidates == total);  // every row here is decided by its candidates
 }

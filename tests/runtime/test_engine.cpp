@@ -294,3 +294,101 @@ TEST_CASE("a snapshot that cannot be taken does not fail the request", "[runtime
   Result again = submit(e, greedy(prompt, 6)).get();
   CHECK(again.tokens == r.tokens);
 }
+
+namespace {
+
+// A backend that selects sampling candidates "on its device" the way the CUDA backend does (k best after the
+// sampler's bias and penalties), here with the host reference Sampler::top_candidates, so the engine's use of
+// step_select is tested without a GPU.
+class SelectingBackend final : public runtime::Backend {
+ public:
+  explicit SelectingBackend(const ir::Plan& plan) : inner_(runtime::make_backend(plan)) {}
+  const ir::Plan& plan() const override { return inner_->plan(); }
+  int slots() const override { return inner_->slots(); }
+  int64_t vocab_rows() const override { return inner_->vocab_rows(); }
+  int64_t context_length() const override { return inner_->context_length(); }
+  int64_t position(int slot) const override { return inner_->position(slot); }
+  void reset(int slot) override { inner_->reset(slot); }
+  std::vector<std::vector<float>> step(const std::vector<runtime::StepInput>& batch) override {
+    return inner_->step(batch);
+  }
+  int32_t top_k_max() const override { return 64; }
+  std::vector<std::vector<float>> step_select(const std::vector<runtime::StepInput>& batch,
+                                              const std::vector<Select>& select,
+                                              std::vector<std::optional<runtime::TopCandidates>>& top) override {
+    std::vector<std::vector<float>> logits = inner_->step(batch);
+    top.assign(batch.size(), std::nullopt);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      if (logits[k].empty() || select[k].k <= 0) continue;
+      CHECK(select[k].k <= top_k_max());
+      runtime::TopCandidates c =
+          select[k].sampler->top_candidates(logits[k].data(), (int32_t)vocab_rows(), select[k].k);
+      if (!select[k].sampler->top_suffices(c)) continue;  // the logits go back instead
+      top[k] = std::move(c);
+      logits[k].clear();
+      ++selected_;
+    }
+    return logits;
+  }
+  std::shared_ptr<runtime::Snapshot> save(int slot) const override { return inner_->save(slot); }
+  void restore(int slot, const runtime::Snapshot& snap) override { inner_->restore(slot, snap); }
+  int64_t snapshot_bytes() const override { return inner_->snapshot_bytes(); }
+
+  std::atomic<int64_t> selected_{0};
+
+ private:
+  std::unique_ptr<runtime::Backend> inner_;
+};
+
+}  // namespace
+
+TEST_CASE("sampling from device-selected candidates gives the tokens and logprobs of sampling from the logits",
+          "[runtime]") {
+  auto plan = plan_for(3, 128);
+  std::mt19937 rng(11);
+  std::vector<runtime::Request> reqs;
+  for (int k = 0; k < 5; ++k) {
+    runtime::Request r;
+    r.prompt = random_prompt(rng, 6 + k);
+    r.max_tokens = 14;
+    r.sampling = runtime::SamplingParams::qwen_defaults(k % 2 == 0);  // top_k 20, presence penalty
+    r.sampling.seed = 40 + k;
+    if (k == 1) r.sampling.temperature = 0;                      // greedy: k = 1
+    if (k == 2) r.top_logprobs = 5;                              // logprobs from the candidates
+    if (k == 3) r.sampling.top_k = 0;                            // no top_k: the logits, always
+    if (k == 4) r.sampling.logit_bias = {{3, 5.0f}, {9, -100.0f}}, r.sampling.repetition_penalty = 1.2f;
+    reqs.push_back(r);
+  }
+  auto run_all = [&](std::unique_ptr<runtime::Backend> b) {
+    runtime::Engine e(std::move(b));
+    std::vector<std::vector<runtime::TokenEvent>> events(reqs.size());
+    std::vector<std::future<void>> done;
+    for (size_t k = 0; k < reqs.size(); ++k) {
+      auto prom = std::make_shared<std::promise<void>>();
+      done.push_back(prom->get_future());
+      runtime::Callbacks cb;
+      cb.on_token = [&events, k](const runtime::TokenEvent& ev) { events[k].push_back(ev); };
+      cb.on_done = [prom](const runtime::DoneEvent&) { prom->set_value(); };
+      e.submit(reqs[k], cb);
+    }
+    for (auto& f : done) f.get();
+    return events;
+  };
+  const auto plain = run_all(runtime::make_backend(plan));
+  auto sel_backend = std::make_unique<SelectingBackend>(plan);
+  SelectingBackend* sel = sel_backend.get();
+  const auto selected = run_all(std::move(sel_backend));
+  CHECK(sel->selected_ > 0);
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    INFO("request " << k);
+    REQUIRE(plain[k].size() == selected[k].size());
+    for (size_t i = 0; i < plain[k].size(); ++i) {
+      CHECK(plain[k][i].token == selected[k][i].token);
+      if (reqs[k].top_logprobs >= 0) {
+        CHECK(std::abs(plain[k][i].logprob - selected[k][i].logprob) <= 1e-5);
+        REQUIRE(plain[k][i].top.size() == selected[k][i].top.size());
+        for (size_t j = 0; j < plain[k][i].top.size(); ++j) CHECK(plain[k][i].top[j].id == selected[k][i].top[j].id);
+      }
+    }
+  }
+}

@@ -465,3 +465,223 @@ TEST_CASE("one step on a 248320-row vocabulary is cheap (timing printed)", "[run
   WARN("unoptimised build: sampler timing bounds not checked");
 #endif
 }
+
+// --- Sampling from the best candidates (the GPU top-k path's host side) ---
+
+namespace {
+
+using qrig::runtime::LogitAdjust;
+using qrig::runtime::TopCandidates;
+
+// A random sampler over the parameter space the top-k path takes: greedy or top_k 1..64 with or without
+// top_p / min_p, temperatures below and above 1, biases (bans included), presence / frequency penalties of
+// either sign, repetition below and above 1, and a history that often hits the best ids.
+struct TopCase {
+  SamplingParams p;
+  std::vector<int32_t> history;
+  int32_t k_fetched = 0;
+};
+
+TopCase random_top_case(std::mt19937_64& gen, const std::vector<float>& logits, int n_real) {
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  auto pick_int = [&](int lo, int hi) { return lo + int(gen() % uint64_t(hi - lo + 1)); };
+  TopCase c;
+  SamplingParams& p = c.p;
+  p.seed = gen();
+  p.temperature = pick_int(0, 3) == 0 ? 0.0f : 0.2f + 1.8f * u(gen);
+  p.top_k = pick_int(1, 64);
+  p.top_p = pick_int(0, 1) ? 1.0f : 0.05f + 0.95f * u(gen);
+  p.min_p = pick_int(0, 1) ? 0.0f : 0.5f * u(gen);
+  p.presence_penalty = pick_int(0, 1) ? 0.0f : -2.0f + 4.0f * u(gen);
+  p.frequency_penalty = pick_int(0, 1) ? 0.0f : -1.0f + 2.0f * u(gen);
+  const int rep = pick_int(0, 2);
+  p.repetition_penalty = rep == 0 ? 1.0f : rep == 1 ? 0.5f + 0.5f * u(gen) : 1.0f + u(gen);
+  const int32_t last_n[] = {-1, 0, 16, 64};
+  p.penalty_last_n = last_n[pick_int(0, 3)];
+  // The ids near the top of the raw logits, so that biases and penalties reorder the candidates.
+  std::vector<int32_t> best(static_cast<size_t>(n_real));
+  for (int i = 0; i < n_real; ++i) best[size_t(i)] = i;
+  std::partial_sort(best.begin(), best.begin() + 100, best.end(), [&](int32_t a, int32_t b) {
+    const float x = std::isnan(logits[size_t(a)]) ? -kInf : logits[size_t(a)];
+    const float y = std::isnan(logits[size_t(b)]) ? -kInf : logits[size_t(b)];
+    return x > y || (x == y && a < b);
+  });
+  auto some_id = [&] { return pick_int(0, 2) ? best[size_t(pick_int(0, 99))] : int32_t(pick_int(0, n_real - 1)); };
+  for (int i = pick_int(0, 20); i > 0; --i) {
+    const int kind = pick_int(0, 4);
+    p.logit_bias.push_back({some_id(), kind == 0 ? -100.0f : kind == 1 ? 100.0f * u(gen) : -100.0f + 200.0f * u(gen)});
+  }
+  for (int i = pick_int(0, 100); i > 0; --i) c.history.push_back(some_id());
+  c.k_fetched = p.temperature == 0.0f ? pick_int(1, 64) : pick_int(p.top_k, 64);
+  return c;
+}
+
+// Random logits with exact ties (coarse rounding), NaN and -inf sprinkled in, and padding rows above the
+// real vocabulary holding large values (never candidates).
+std::vector<float> random_top_logits(std::mt19937_64& gen, int rows, int n_real) {
+  const float scales[] = {1.0f, 3.0f, 8.0f};
+  auto l = random_logits(gen, rows, scales[gen() % 3]);
+  if (gen() % 3 == 0)
+    for (float& x : l) x = std::round(x * 2.0f) / 2.0f;
+  for (int i = int(gen() % 20); i > 0; --i) l[size_t(gen() % uint64_t(n_real))] = (gen() % 2) ? kNaN : -kInf;
+  for (int i = n_real; i < rows; ++i) l[size_t(i)] = 1000.0f;
+  return l;
+}
+
+bool top_is_ordered(const TopCandidates& t) {
+  for (size_t i = 1; i < t.top.size(); ++i) {
+    const auto& a = t.top[i - 1];
+    const auto& b = t.top[i];
+    if (!(a.first > b.first || (a.first == b.first && a.second < b.second))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("pick_top on the best candidates equals pick on the full logits", "[runtime]") {
+  std::mt19937_64 gen(2024);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  struct Vocab {
+    int rows, real, cases, draws;
+  };
+  for (const Vocab v : {Vocab{5000, 4990, 400, 40}, Vocab{248320, 248077, 10, 8}}) {
+    int exercised = 0, fallbacks = 0;
+    for (int ci = 0; ci < v.cases; ++ci) {
+      const auto l = random_top_logits(gen, v.rows, v.real);
+      TopCase c = random_top_case(gen, l, v.real);
+      Sampler s(c.p, v.real);
+      for (int32_t id : c.history) s.accept(id);
+      INFO("vocab " << v.real << " case " << ci << " temp " << c.p.temperature << " top_k " << c.p.top_k << " top_p "
+                    << c.p.top_p << " min_p " << c.p.min_p << " K " << c.k_fetched);
+      REQUIRE(s.can_pick_from_top(c.k_fetched));
+      const TopCandidates t = s.top_candidates(l.data(), v.rows, c.k_fetched);
+      CHECK(t.top.size() == size_t(std::min(c.k_fetched, t.n_cand)));
+      CHECK(top_is_ordered(t));
+      for (const auto& [x, id] : t.top) CHECK(id < v.real);
+      if (!s.top_suffices(t)) {
+        ++fallbacks;
+        CHECK_THROWS_AS(s.pick_top(t, 0.5), std::invalid_argument);
+        continue;
+      }
+      ++exercised;
+      for (int j = 0; j < v.draws; ++j) {
+        const double uj = j == 0 ? 0.0 : j == 1 ? std::nextafter(1.0, 0.0) : u01(gen);
+        REQUIRE(s.pick_top(t, uj) == s.pick(l.data(), v.rows, uj));
+      }
+      // Log-probabilities from the candidates: the host reference shares the normaliser, so they agree
+      // exactly here (a device lse within ~1e-6).
+      for (const auto& [x, id] : t.top) CHECK(s.logprob_top(t, id) == s.logprob(l.data(), v.rows, id));
+      const int32_t n_lp = std::min<int32_t>(c.k_fetched, 5);
+      const auto want = s.top_logprobs(l.data(), v.rows, n_lp);
+      const auto got = s.top_logprobs_top(t, n_lp);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        CHECK(got[i].id == want[i].id);
+        CHECK(got[i].logprob == Approx(want[i].logprob).margin(1e-5));
+      }
+      // sample_top draws like sample(): the same seed gives the same tokens.
+      Sampler a(c.p, v.real), b(c.p, v.real);
+      for (int32_t id : c.history) {
+        a.accept(id);
+        b.accept(id);
+      }
+      for (int j = 0; j < 3; ++j) CHECK(a.sample_top(t) == b.sample(l.data(), v.rows));
+    }
+    INFO("vocab " << v.real << ": " << exercised << " cases on the top path, " << fallbacks << " fallbacks");
+    CHECK(exercised >= v.cases * 3 / 4);
+  }
+}
+
+TEST_CASE("the best candidates refuse rows they cannot decide", "[runtime]") {
+  SamplingParams k5 = seeded(1);
+  k5.top_k = 5;
+  Sampler s(k5, 100);
+  CHECK(s.can_pick_from_top(5));
+  CHECK(s.can_pick_from_top(64));
+  CHECK_FALSE(s.can_pick_from_top(4));
+  SamplingParams no_k = seeded(1);
+  CHECK_FALSE(Sampler(no_k, 100).can_pick_from_top(64));  // top_k off: the implicit path needs every id
+  Sampler g(greedy(), 100);
+  CHECK(g.can_pick_from_top(1));
+  CHECK_FALSE(g.can_pick_from_top(0));
+
+  std::mt19937_64 gen(5);
+  auto l = random_logits(gen, 100);
+  SECTION("more candidates than top_k: decided") {
+    const TopCandidates t = s.top_candidates(l.data(), 100, 5);
+    CHECK(t.n_cand == 100);
+    CHECK(s.top_suffices(t));
+    CHECK(s.top_suffices(s.top_candidates(l.data(), 100, 64)));
+    CHECK_FALSE(s.top_suffices(s.top_candidates(l.data(), 100, 4)));  // fewer than top_k fetched
+    CHECK_THROWS_AS(s.logprob_top(t, t.top.size() < 100 ? 1000 : 0), std::invalid_argument);  // out of range
+    int32_t missing = 0;
+    while (std::any_of(t.top.begin(), t.top.end(), [&](const auto& c) { return c.second == missing; })) ++missing;
+    CHECK_THROWS_AS(s.logprob_top(t, missing), std::invalid_argument);  // a candidate not fetched: unknown
+    CHECK_THROWS_AS(s.top_logprobs_top(t, 6), std::invalid_argument);
+    CHECK(s.top_logprobs_top(t, 5).size() == 5);
+    CHECK_THROWS_AS(s.pick_top(t, 1.0), std::invalid_argument);
+  }
+  SECTION("no more candidates than top_k: the implicit path, so the full logits") {
+    for (int i = 0; i < 95; ++i) l[size_t(i)] = i % 2 ? kNaN : -kInf;
+    TopCandidates t = s.top_candidates(l.data(), 100, 64);
+    CHECK(t.n_cand == 5);
+    CHECK(t.top.size() == 5);
+    CHECK_FALSE(s.top_suffices(t));
+    CHECK(g.top_suffices(g.top_candidates(l.data(), 100, 1)));  // greedy only needs the best
+    CHECK(s.logprob_top(t, 0) == -kInf);  // every candidate is listed: id 0 is none
+    CHECK(s.logprob_top(t, 99) == s.logprob(l.data(), 100, 99));
+    l[0] = 0.0f;
+    t = s.top_candidates(l.data(), 100, 64);
+    CHECK(t.n_cand == 6);
+    CHECK(s.top_suffices(t));
+  }
+  SECTION("+inf logits and rows without a candidate") {
+    l[7] = kInf;
+    TopCandidates t = s.top_candidates(l.data(), 100, 64);
+    CHECK(t.n_pos_inf == 1);
+    CHECK(t.max == kInf);
+    CHECK(t.top[0].second == 7);
+    CHECK_FALSE(s.top_suffices(t));
+    CHECK_FALSE(g.top_suffices(g.top_candidates(l.data(), 100, 1)));
+    CHECK(s.logprob_top(t, 7) == 0.0f);
+    std::vector<float> none(100, -kInf);
+    none[3] = kNaN;
+    t = s.top_candidates(none.data(), 100, 64);
+    CHECK(t.n_cand == 0);
+    CHECK(t.top.empty());
+    CHECK(t.max == -kInf);
+    CHECK_FALSE(s.top_suffices(t));
+    CHECK_FALSE(g.top_suffices(t));
+    CHECK_THROWS_AS(g.pick_top(t, 0.0), std::invalid_argument);
+    CHECK(s.top_logprobs_top(t, 3).empty());
+  }
+}
+
+TEST_CASE("adjustments list the biased and penalised ids once, sorted", "[runtime]") {
+  SamplingParams p = seeded(1);
+  p.logit_bias = {{9, 2.0f}, {3, -100.0f}, {9, 1.5f}, {5, -1.0f}, {3, 4.0f}};
+  p.presence_penalty = 0.5f;
+  Sampler s(p, 20);
+  for (int32_t id : {5, 12, 5, 0, 5}) s.accept(id);
+  const std::vector<LogitAdjust> a = s.adjustments();
+  REQUIRE(a.size() == 5);
+  const int32_t ids[] = {0, 3, 5, 9, 12};
+  const float bias[] = {0.0f, -kInf, -1.0f, 3.5f, 0.0f};
+  const int32_t counts[] = {1, 0, 3, 0, 1};
+  for (size_t i = 0; i < 5; ++i) {
+    INFO(i);
+    CHECK(a[i].id == ids[i]);
+    CHECK(a[i].bias == bias[i]);
+    CHECK(a[i].count == counts[i]);
+  }
+  CHECK(s.penalties_active());
+  // Penalties off: the window's ids are not listed (they would change nothing).
+  SamplingParams q = seeded(1);
+  q.logit_bias = {{4, 1.0f}};
+  Sampler t(q, 20);
+  t.accept(7);
+  CHECK_FALSE(t.penalties_active());
+  REQUIRE(t.adjustments().size() == 1);
+  CHECK(t.adjustments()[0].id == 4);
+}
