@@ -329,6 +329,7 @@ void Engine::run_step() {
   // top_k, or greedy, that its candidates cover, top_logprobs included).
   std::vector<std::vector<bool>> masks(batch.size());
   std::vector<char> masked(batch.size(), 0);
+  std::vector<std::string> mask_error(batch.size());  // the constraint failed: the request fails below
   std::vector<Backend::Select> select(batch.size());
   const int32_t top_max = backend_->top_k_max();
   for (size_t k = 0; k < batch.size(); ++k) {
@@ -339,8 +340,9 @@ void Engine::run_step() {
         masks[k].assign((size_t)n_real, false);
         masked[k] = a.req.constraint->allowed(masks[k]);
       }
-    } catch (const std::exception&) {
-      masked[k] = 2;  // the constraint failed: the sampling below reports it
+    } catch (const std::exception& e) {
+      mask_error[k] = e.what();
+      continue;
     }
     if (masked[k] || top_max <= 0) continue;
     const SamplingParams& p = a.sampler->params();
@@ -380,10 +382,7 @@ void Engine::run_step() {
     int32_t tok;
     TokenEvent ev;
     try {
-      if (masked[k] == 2) {  // ask again, for the error
-        masks[k].assign((size_t)n_real, false);
-        a.req.constraint->allowed(masks[k]);
-      }
+      if (!mask_error[k].empty()) throw std::runtime_error(mask_error[k]);
       const std::vector<bool>* allowed = masked[k] ? &masks[k] : nullptr;
       if (k < top.size() && top[k]) {  // candidates selected on the device: the same draw as from the logits
         const TopCandidates& c = *top[k];
