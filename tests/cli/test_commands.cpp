@@ -184,4 +184,14 @@ TEST_CASE("qrig bench prints llama-bench's table and writes every sample as JSON
   auto emu = sh(bin + " verify " + kTiny + " " + kShared + "/fixtures/tiny-ref.gguf --emulate-dp4a", true);
   CHECK(emu.rc == 0);
   CHECK(emu.text.find("top1") != std::string::npos);
+  // two activation planes in every matmul: within 5e-3 and >= 99% top-1 (measured: 3.1e-4, 100%), and with
+  // stricter limits than one plane could meet (it misses the reference by ~7.8e-2 and ~6% of top-1)
+  auto precise = sh(bin + " verify " + kTiny + " " + kShared + "/fixtures/tiny-ref.gguf --emulate-dp4a --precise", true);
+  CHECK(precise.rc == 0);
+  CHECK(precise.text.find("(tolerance 5.0e-03)") != std::string::npos);
+  auto strict = sh(bin + " verify " + kTiny + " " + kShared +
+                   "/fixtures/tiny-ref.gguf --emulate-dp4a --precise --tol 1e-3 --min-top1 0.995 --split 17", true);
+  CHECK(strict.rc == 0);
+  auto one_plane = sh(bin + " verify " + kTiny + " " + kShared + "/fixtures/tiny-ref.gguf --emulate-dp4a --tol 1e-3", true);
+  CHECK(one_plane.rc == 1);
 }

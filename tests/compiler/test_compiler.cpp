@@ -3,6 +3,7 @@
 // decisions the passes make for the rig presets.
 #include <catch2/catch.hpp>
 
+#include <climits>
 #include <filesystem>
 #include <fstream>
 
@@ -147,6 +148,16 @@ TEST_CASE("passes decide per rig", "[compiler]") {
   CHECK(cmp1.placement[0].last_layer == 7);
   one.max_gpus = 2;
   CHECK(compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), one).placement.size() == 2);
+  // Two activation planes for matmuls of at most precise_rows rows: 4 by default on GPUs (decode), every
+  // matmul with --precise (clamped to the step size), none asked; CPU plans run fp32 (0, unused).
+  CHECK(cmp.precise_rows == compiler::kDefaultPreciseRows);
+  compiler::CompileOptions precise;
+  precise.precise_rows = INT64_MAX;
+  CHECK(compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), precise).precise_rows ==
+        precise.max_batch_tokens);
+  precise.precise_rows = 0;
+  CHECK(compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), precise).precise_rows == 0);
+  CHECK(compiler::compile(f, compiler::Rig::default_cpu(), {}).precise_rows == 0);
 
   auto h200 = compiler::compile(f, compiler::Rig::load(kRigs + "h200.toml"), {});
   CHECK(h200.arch_target == "sm_90");

@@ -3,6 +3,8 @@
 // half a step, zero and non-finite blocks).
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -77,4 +79,27 @@ TEST_CASE("quantize_activation_q8: |q| <= 127, error within half a step, zero an
   }
   CHECK(q[130] == -127);
   CHECK_THROWS_AS(quantize_activation_q8(x.data(), 33, q.data(), d.data()), KernelError);
+
+  // Two planes: the same first plane and scales; the second holds the residual on the step d/254, so the
+  // activation comes back within d/508 (plus rounding), ~254x closer; zero, NaN and inf blocks give q2 = 0.
+  std::vector<int8_t> q1b((size_t)n), q2((size_t)n, 99);
+  std::vector<float> d2((size_t)(n / 32));
+  quantize_activation_q8(x.data(), n, q1b.data(), d2.data(), q2.data());
+  CHECK(q1b == q);
+  CHECK(std::memcmp(d2.data(), d.data(), d.size() * 4) == 0);
+  const auto back2 = dequantize_activation_q8(q.data(), d.data(), n, q2.data());
+  double worst1 = 0, worst2 = 0;
+  for (int64_t b = 0; b < n / 32; ++b)
+    for (int i = 0; i < 32; ++i) {
+      const size_t j = (size_t)(b * 32 + i);
+      CHECK(std::abs((int)q2[j]) <= 127);
+      if (b == 1 || b == 2 || b == 3) {
+        CHECK(q2[j] == 0);
+        continue;
+      }
+      CHECK(std::fabs(back2[j] - x[j]) <= d[(size_t)b] / 508.0f * 1.01f + 1e-6f * std::fabs(x[j]));
+      worst1 = std::max(worst1, (double)std::fabs(back[j] - x[j]) / d[(size_t)b]);
+      worst2 = std::max(worst2, (double)std::fabs(back2[j] - x[j]) / d[(size_t)b]);
+    }
+  CHECK(worst2 * 100 < worst1);
 }
