@@ -176,13 +176,14 @@ void CudaExecutor::Impl::bind() {
                                          s.w.cols, s.in_width, s.width));
         max_k = std::max(max_k, s.in_width);
         const int64_t rows = s.rows_result ? max_r : max_t;
-        auto matmul = [&](int64_t max_rows, int64_t planes) {
-          auto& mm = matmuls[fmt::format("{}x{}x{}p{}", s.in_width, s.width, max_rows, planes)];
-          if (!mm) mm = std::make_unique<cuda::MatmulQ8>(loader(), s.in_width, s.width, max_rows, sms, planes);
+        auto matmul = [&](int64_t min_rows, int64_t max_rows, int64_t planes) {
+          auto& mm = matmuls[fmt::format("{}x{}x{}-{}p{}", s.in_width, s.width, min_rows, max_rows, planes)];
+          if (!mm) mm = std::make_unique<cuda::MatmulQ8>(loader(), s.in_width, s.width, max_rows, sms, planes, min_rows);
           return mm.get();
         };
-        if (rows > plan.precise_rows) s.mm = matmul(rows, 1);
-        if (plan.precise_rows > 0) s.mm_precise = matmul(std::min(rows, plan.precise_rows), 2);
+        // Two planes up to plan.precise_rows rows, one above: what step() runs for a matmul of n rows.
+        if (rows > plan.precise_rows) s.mm = matmul(plan.precise_rows + 1, rows, 1);
+        if (plan.precise_rows > 0) s.mm_precise = matmul(1, std::min(rows, plan.precise_rows), 2);
         if (op.result == "logits") vocab_rows = s.width;
         if (auto h = group_head_of.find(op.s("weight")); h != group_head_of.end() && group_index.count(h->second)) {
           s.group = group_index.at(h->second);

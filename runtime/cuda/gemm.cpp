@@ -277,11 +277,11 @@ Variant variant_of(const Choice& c, int64_t k, int64_t planes) {
 
 // The distinct choices for T = 1..max_t in order of first use; by_t (when given) gets (first T, index) at
 // every T where the choice changes.
-std::vector<Choice> choices(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes,
+std::vector<Choice> choices(int64_t k, int64_t n, int64_t min_t, int64_t max_t, int sms, int64_t planes,
                             std::vector<std::pair<int64_t, size_t>>* by_t) {
-  if (max_t <= 0) throw KernelError(fmt::format("matmul_q8_0: max_t = {}", max_t));
+  if (min_t < 1 || max_t < min_t) throw KernelError(fmt::format("matmul_q8_0: rows {}..{}", min_t, max_t));
   std::vector<Choice> out;
-  for (int64_t T = 1; T <= max_t; ++T) {
+  for (int64_t T = min_t; T <= max_t; ++T) {
     const Choice c = choose(k, n, T, sms, planes);
     const size_t i = (size_t)(std::find(out.begin(), out.end(), c) - out.begin());
     if (i == out.size()) out.push_back(c);
@@ -296,19 +296,21 @@ Variant matmul_q8_0_choice(int64_t k, int64_t n, int64_t T, int sms, int64_t pla
   return variant_of(choose(k, n, T, sms, planes), k, planes);
 }
 
-std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes) {
+std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes,
+                                          int64_t min_t) {
   std::vector<Variant> out;
-  for (const Choice& c : choices(k, n, max_t, sms, planes, nullptr)) out.push_back(variant_of(c, k, planes));
+  for (const Choice& c : choices(k, n, min_t, max_t, sms, planes, nullptr)) out.push_back(variant_of(c, k, planes));
   return out;
 }
 
-MatmulQ8::MatmulQ8(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes)
-    : k_(k), n_(n), max_t_(max_t), sms_(sms), planes_(planes) {
-  if (k <= 0 || k % 32 != 0 || n <= 0 || n > INT_MAX || max_t <= 0 || max_t > INT_MAX || sms <= 0 || planes < 1 ||
-      planes > 2)
-    throw KernelError(fmt::format("MatmulQ8: [{}] -> [{}] for up to {} rows on {} SMs with {} planes", k, n, max_t,
-                                  sms, planes));
-  for (const Choice& c : choices(k, n, max_t, sms, planes, &by_t_)) {
+MatmulQ8::MatmulQ8(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes,
+                   int64_t min_t)
+    : k_(k), n_(n), max_t_(max_t), min_t_(min_t), sms_(sms), planes_(planes) {
+  if (k <= 0 || k % 32 != 0 || n <= 0 || n > INT_MAX || min_t < 1 || max_t < min_t || max_t > INT_MAX || sms <= 0 ||
+      planes < 1 || planes > 2)
+    throw KernelError(fmt::format("MatmulQ8: [{}] -> [{}] for {}..{} rows on {} SMs with {} planes", k, n, min_t,
+                                  max_t, sms, planes));
+  for (const Choice& c : choices(k, n, min_t, max_t, sms, planes, &by_t_)) {
     const Variant v = variant_of(c, k, planes);
     LoadedKernel lk = load(v);
     if (!(lk.variant == v))
@@ -318,8 +320,8 @@ MatmulQ8::MatmulQ8(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t
 }
 
 size_t MatmulQ8::index_for(int64_t T) const {
-  if (T < 1 || T > max_t_)
-    throw KernelError(fmt::format("MatmulQ8 [{}] -> [{}]: {} rows, outside 1..{}", k_, n_, T, max_t_));
+  if (T < min_t_ || T > max_t_)
+    throw KernelError(fmt::format("MatmulQ8 [{}] -> [{}]: {} rows, outside {}..{}", k_, n_, T, min_t_, max_t_));
   auto it = std::upper_bound(by_t_.begin(), by_t_.end(), T,
                              [](int64_t t, const std::pair<int64_t, size_t>& e) { return t < e.first; });
   return std::prev(it)->second;

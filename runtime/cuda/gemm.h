@@ -56,16 +56,19 @@ void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int
 constexpr int64_t kSkinnyMaxT = 16;
 Variant matmul_q8_0_choice(int64_t k, int64_t n, int64_t T, int sms, int64_t planes);
 
-// Every variant a [k] -> [n] matmul with `planes` planes may launch for T = 1..max_t rows on a GPU with `sms`
-// SMs (the plan precompiles them; the run never compiles).
-std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes);
+// Every variant a [k] -> [n] matmul with `planes` planes may launch for T = min_t..max_t rows on a GPU with
+// `sms` SMs (the plan precompiles them; the run never compiles). min_t > 1 when smaller steps go elsewhere
+// (the executor's one-plane matmuls only run above plan.precise_rows rows).
+std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes,
+                                          int64_t min_t = 1);
 
 // The kernels of one matmul shape and number of planes, loaded once; run() picks the variant for T (the GEMV
 // for T = 1).
 class MatmulQ8 {
  public:
-  MatmulQ8(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes);
-  // y [T][n] f32 = xq/xd(/xq2) [T][k] x w^T. 1 <= T <= max_t. Device pointers; y 16-byte aligned; xq2 the
+  MatmulQ8(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes,
+           int64_t min_t = 1);
+  // y [T][n] f32 = xq/xd(/xq2) [T][k] x w^T. min_t <= T <= max_t. Device pointers; y 16-byte aligned; xq2 the
   // second plane (required with two planes, ignored with one).
   void run(const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2, int64_t T, float* y,
            cudaStream_t stream) const;
@@ -76,9 +79,9 @@ class MatmulQ8 {
   const Variant& variant_for(int64_t T) const { return kernels_[index_for(T)].variant; }
 
  private:
-  size_t index_for(int64_t T) const;  // throws KernelError unless 1 <= T <= max_t
+  size_t index_for(int64_t T) const;  // throws KernelError unless min_t <= T <= max_t
 
-  int64_t k_, n_, max_t_;
+  int64_t k_, n_, max_t_, min_t_;
   int sms_;
   int64_t planes_;
   std::vector<LoadedKernel> kernels_;  // the implementation's choice of variants, in its order

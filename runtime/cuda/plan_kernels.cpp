@@ -75,7 +75,7 @@ PlanKernels plan_kernels(const ir::Plan& plan) {
       // One plane above plan.precise_rows rows, two up to it (the executor's MatmulQ8 pair).
       const int64_t most = rows ? max_r : max_t;
       if (most > plan.precise_rows)
-        for (auto& v : matmul_q8_0_variants(k, result_length(op), most, sms, 1)) add(v);
+        for (auto& v : matmul_q8_0_variants(k, result_length(op), most, sms, 1, plan.precise_rows + 1)) add(v);
       if (plan.precise_rows > 0)
         for (auto& v : matmul_q8_0_variants(k, result_length(op), std::min(most, plan.precise_rows), sms, 2)) add(v);
     } else if (op.kind == "add") {

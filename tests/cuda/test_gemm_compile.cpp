@@ -132,6 +132,29 @@ TEST_CASE("matmul_q8_0 picks one listed variant for every T: GEMV, skinny, tiled
   CHECK(parse_variant(s.name) == s);
 }
 
+TEST_CASE("a matmul serving only T >= min_t lists and loads only the variants those T use", "[cuda][gemm]") {
+  // The executor's one-plane matmuls run above plan.precise_rows rows: no GEMV or small skinny kernel for them.
+  const int64_t k = 4096, n = 12288, max_t = 512, min_t = 5;
+  const std::vector<Variant> vs = matmul_q8_0_variants(k, n, max_t, 132, 1, min_t);
+  std::set<std::string> want;
+  for (int64_t T = min_t; T <= max_t; ++T) want.insert(matmul_q8_0_choice(k, n, T, 132, 1).name);
+  std::set<std::string> got;
+  for (const Variant& v : vs) got.insert(v.name);
+  CHECK(got == want);
+  CHECK(got.count(gemv_q8_0_variant(k, 1).name) == 0);
+  std::vector<std::string> loaded;  // the variants alone (no cubin): enough for the choice logic
+  const KernelLoader load = [&](const Variant& v) {
+    loaded.push_back(v.name);
+    return LoadedKernel{v, {}};
+  };
+  const MatmulQ8 mm(load, k, n, max_t, 132, 1, min_t);
+  CHECK(std::set<std::string>(loaded.begin(), loaded.end()) == want);
+  for (int64_t T : {min_t, (int64_t)16, (int64_t)17, max_t}) CHECK(mm.variant_for(T) == matmul_q8_0_choice(k, n, T, 132, 1));
+  CHECK_THROWS_AS(mm.variant_for(min_t - 1), KernelError);
+  CHECK_THROWS_AS(mm.variant_for(max_t + 1), KernelError);
+  CHECK_THROWS_AS(matmul_q8_0_variants(k, n, 4, 132, 1, 5), KernelError);  // an empty range
+}
+
 TEST_CASE("every GEMM variant of the 9B/27B shapes compiles for sm_75 and sm_90 without spills; sm_70 PTX clean",
           "[cuda][gemm]") {
   const std::vector<Variant> variants = all_gemm_variants();
@@ -139,17 +162,12 @@ TEST_CASE("every GEMM variant of the 9B/27B shapes compiles for sm_75 and sm_90 
   std::vector<test::CompileJob> jobs;
   for (const Variant& v : variants)
     for (int sm : {70, 75, 90}) jobs.push_back({v, sm});
-  test::ScratchDir dir("gemm-compile");
-  KernelCompiler compiler(dir.path);
-  std::vector<std::string> errors;
-  const std::vector<CompiledKernel> out = test::compile_all(compiler, jobs, errors);
-  for (const auto& e : errors) FAIL_CHECK(e);
+  const std::vector<CompiledKernel> out = test::compile_and_check("gemm-compile", jobs);
 
   std::map<std::pair<std::string, int>, int64_t> dp4a;  // by (variant, feature sm)
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompiledKernel& k = out[i];
-    if (k.cubin.empty()) continue;  // reported above
-    test::check_compiled_kernel(k, jobs[i].sm);
+    if (k.cubin.empty()) continue;  // reported by compile_and_check
     INFO(k.variant.name << " for sm_" << jobs[i].sm);
     dp4a[{k.variant.name, jobs[i].sm}] = count_of(k.ptx, "dp4a.s32.s32");
     CHECK(dp4a[{k.variant.name, jobs[i].sm}] > 0);

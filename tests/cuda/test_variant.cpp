@@ -114,6 +114,7 @@ TEST_CASE("the variants requested by the preset rigs' plans", "[cuda]") {
                           "gated_rmsnorm_f32_d128_t128", "rope_neox_f32_d256_r64_t128", "kv_write_f16_t256",
                           "argmax_f32_t1024"})
       CHECK(has_variant(k9, n));
+    CHECK(!has_variant(k9, "gemv_q8_0_dp4a_k4096_p1_r1_u2_t256"));  // single rows always take two planes
     CHECK(std::is_sorted(k9.variants.begin(), k9.variants.end()));
     CHECK(k9.missing.empty());  // every op of the model has a GPU kernel
 
