@@ -6,8 +6,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <vector>
+
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/ptx_scan.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace qrig::cuda::test {
 
@@ -26,6 +30,20 @@ inline void check_compiled_kernel(const CompiledKernel& k, int feature_sm) {
     CHECK(f.why.find("tensor-core") == std::string::npos);  // never in the default family, on any arch
     CHECK(feature_sm != 70);                                // nothing newer than sm_70 in an sm_70 build
   }
+}
+
+// Compiles every job into a fresh cache (tests/cuda/cuda_test_util.h compile_all), fails the test for each
+// compile error and makes check_compiled_kernel's checks on every result; returns the results in job order (an
+// empty cubin where compiling failed) for the area's own checks.
+inline std::vector<CompiledKernel> compile_and_check(const std::string& tag, const std::vector<CompileJob>& jobs) {
+  ScratchDir dir(tag);
+  KernelCompiler compiler(dir.path);
+  std::vector<std::string> errors;
+  std::vector<CompiledKernel> out = compile_all(compiler, jobs, errors);
+  for (const auto& e : errors) FAIL_CHECK(e);
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (!out[i].cubin.empty()) check_compiled_kernel(out[i], jobs[i].sm);
+  return out;
 }
 
 }  // namespace qrig::cuda::test

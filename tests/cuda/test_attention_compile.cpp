@@ -49,16 +49,11 @@ TEST_CASE("attention variants compile for sm_75 and sm_90 without spills; the sm
   for (const auto& [name, v] : all)
     for (int sm : {70, 90}) jobs.push_back({v, sm});
 
-  test::ScratchDir dir("attention-compile");
-  KernelCompiler compiler(dir.path);
-  std::vector<std::string> errors;
-  const std::vector<CompiledKernel> out = test::compile_all(compiler, jobs, errors);
-  for (const auto& e : errors) FAIL_CHECK(e);
+  const std::vector<CompiledKernel> out = test::compile_and_check("attention-compile", jobs);
 
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompiledKernel& k = out[i];
-    if (k.cubin.empty()) continue;  // reported above
-    test::check_compiled_kernel(k, jobs[i].sm);
+    if (k.cubin.empty()) continue;  // reported by compile_and_check
     INFO(k.variant.name << " for feature sm_" << jobs[i].sm);
     if (jobs[i].sm == 70) CHECK(k.arch.target_sm <= 75);
     CHECK(parse_ptxas_report(k.log).stack_frame_bytes == 0);

@@ -35,17 +35,7 @@ TEST_CASE("gdn variants compile for sm_75 and sm_90 without spills; the sm_70 fe
   for (const auto& [name, v] : all)
     for (int sm : {70, 75, 90}) jobs.push_back({v, sm});
 
-  test::ScratchDir dir("gdn-compile");
-  KernelCompiler compiler(dir.path);
-  std::vector<std::string> errors;
-  const std::vector<CompiledKernel> out = test::compile_all(compiler, jobs, errors);
-  for (const auto& e : errors) FAIL_CHECK(e);
-
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const CompiledKernel& k = out[i];
-    if (k.cubin.empty()) continue;  // reported above
-    test::check_compiled_kernel(k, jobs[i].sm);
-  }
+  test::compile_and_check("gdn-compile", jobs);
 }
 
 TEST_CASE("gdn variant names spell every parameter and parse back", "[cuda][gdn]") {

@@ -30,15 +30,10 @@ TEST_CASE("top-k selection variants compile for every CI arch; the sm_70 feature
   std::vector<test::CompileJob> jobs;
   for (const Variant& v : vs)
     for (int sm : {70, 75, 80, 86, 89, 90}) jobs.push_back({v, sm});
-  test::ScratchDir dir("sampling-compile");
-  KernelCompiler compiler(dir.path);
-  std::vector<std::string> errors;
-  const std::vector<CompiledKernel> out = test::compile_all(compiler, jobs, errors);
-  for (const auto& e : errors) FAIL_CHECK(e);
+  const std::vector<CompiledKernel> out = test::compile_and_check("sampling-compile", jobs);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompiledKernel& k = out[i];
-    if (k.cubin.empty()) continue;  // reported above
-    test::check_compiled_kernel(k, jobs[i].sm);
+    if (k.cubin.empty()) continue;  // reported by compile_and_check
     // The penalties are applied with explicitly rounded instructions (mul.rn / add.rn / sub.rn / div.rn,
     // which ptxas never contracts into an fma), like the host's unfused float operations.
     if (k.variant.kernel == "topk_chunk_f32") {

@@ -99,6 +99,21 @@ std::vector<int32_t> all_rows(size_t n) {
   return r;
 }
 
+// A prefill of up to 17 tokens, then one token per step (the recurrent GDN path), against the reference.
+void prefill17_then_decode(runtime::CudaExecutor& ex, const RefSeq& s, Agreement& a) {
+  const int64_t n = (int64_t)s.tokens.size(), V = ex.vocab_rows();
+  ex.reset(0);
+  const int64_t first = std::min<int64_t>(17, n);
+  auto o = ex.step({runtime::StepInput{0, std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + first), true}},
+                   {all_rows((size_t)first)}, true, false);
+  compare(o.logits.data(), s.logits.data(), first, V, a);
+  for (int64_t t = first; t < n; ++t) {
+    o = ex.step({runtime::StepInput{0, {s.tokens[(size_t)t]}, true}}, {{0}}, true, false);
+    compare(o.logits.data(), s.logits.data() + t * V, 1, V, a);
+  }
+  CHECK(ex.position(0) == n);
+}
+
 }  // namespace
 
 TEST_CASE("tiny model on the GPU matches the float64 reference", "[gpu][short]") {
@@ -126,17 +141,7 @@ TEST_CASE("tiny model on the GPU matches the float64 reference", "[gpu][short]")
       const float* l = o.logits.data() + t * V;
       CHECK(o.argmax[(size_t)t] == (int32_t)(std::max_element(l, l + plan.vocab_real) - l));
     }
-    // prefill of up to 17 tokens, then one token per step (the recurrent GDN path)
-    ex.reset(0);
-    const int64_t first = std::min<int64_t>(17, n);
-    std::vector<int32_t> head(s.tokens.begin(), s.tokens.begin() + first);
-    o = ex.step({runtime::StepInput{0, head, true}}, {all_rows(head.size())}, true, false);
-    compare(o.logits.data(), s.logits.data(), first, V, split_decode);
-    for (int64_t t = first; t < n; ++t) {
-      o = ex.step({runtime::StepInput{0, {s.tokens[(size_t)t]}, true}}, {{0}}, true, false);
-      compare(o.logits.data(), s.logits.data() + t * V, 1, V, split_decode);
-    }
-    CHECK(ex.position(0) == n);
+    prefill17_then_decode(ex, s, split_decode);
   }
   const double top1_a = (double)prefill_all.top1 / (double)prefill_all.n;
   const double top1_b = (double)split_decode.top1 / (double)split_decode.n;
@@ -229,15 +234,7 @@ TEST_CASE("a precise plan (two activation planes everywhere) matches the float64
     ex.reset(0);
     auto o = ex.step({runtime::StepInput{0, s.tokens, true}}, {all_rows(s.tokens.size())}, true, false);
     compare(o.logits.data(), s.logits.data(), n, V, prefill_all);
-    ex.reset(0);
-    const int64_t first = std::min<int64_t>(17, n);
-    o = ex.step({runtime::StepInput{0, std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + first), true}},
-                {all_rows((size_t)first)}, true, false);
-    compare(o.logits.data(), s.logits.data(), first, V, split_decode);
-    for (int64_t t = first; t < n; ++t) {
-      o = ex.step({runtime::StepInput{0, {s.tokens[(size_t)t]}, true}}, {{0}}, true, false);
-      compare(o.logits.data(), s.logits.data() + t * V, 1, V, split_decode);
-    }
+    prefill17_then_decode(ex, s, split_decode);
   }
   const double top1_a = (double)prefill_all.top1 / (double)prefill_all.n;
   const double top1_b = (double)split_decode.top1 / (double)split_decode.n;

@@ -20,6 +20,7 @@
 #include "runtime/cuda/sampling.h"
 #include "runtime/sampler.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/sampling_test_util.h"
 
 using namespace qrig;
 using namespace qrig::cuda;
@@ -83,15 +84,7 @@ RowCase make_case(std::mt19937_64& g, const std::vector<float>& l, int64_t real)
   auto pick = [&](int lo, int hi) { return lo + (int)(g() % (uint64_t)(hi - lo + 1)); };
   RowCase c;
   SamplingParams& p = c.p;
-  p.seed = g();
-  p.temperature = pick(0, 3) == 0 ? 0.0f : 0.2f + 1.8f * u(g);
-  p.top_k = pick(1, 64);
-  p.top_p = pick(0, 1) ? 1.0f : 0.05f + 0.95f * u(g);
-  p.min_p = pick(0, 1) ? 0.0f : 0.5f * u(g);
-  p.presence_penalty = pick(0, 1) ? 0.0f : -2.0f + 4.0f * u(g);
-  p.frequency_penalty = pick(0, 1) ? 0.0f : -1.0f + 2.0f * u(g);
-  const int rep = pick(0, 2);
-  p.repetition_penalty = rep == 0 ? 1.0f : rep == 1 ? 0.5f + 0.5f * u(g) : 1.0f + u(g);
+  runtime::test::random_top_params(g, p);
   p.penalty_last_n = -1;
   // Ids near the top of the row (so that biases and penalties reorder the best) or anywhere.
   std::vector<int32_t> best;

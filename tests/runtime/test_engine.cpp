@@ -225,10 +225,10 @@ TEST_CASE("queue bound and shutdown", "[runtime]") {
 
 namespace {
 
-// A backend that checks every step against the plan's tokens-per-step and can be told to fail snapshots.
-class StrictBackend final : public runtime::Backend {
+// A backend passing every call to the plan's own backend; tests override what they watch or change.
+class ForwardingBackend : public runtime::Backend {
  public:
-  explicit StrictBackend(const ir::Plan& plan) : inner_(runtime::make_backend(plan)) {}
+  explicit ForwardingBackend(const ir::Plan& plan) : inner_(runtime::make_backend(plan)) {}
   const ir::Plan& plan() const override { return inner_->plan(); }
   int slots() const override { return inner_->slots(); }
   int64_t vocab_rows() const override { return inner_->vocab_rows(); }
@@ -236,24 +236,34 @@ class StrictBackend final : public runtime::Backend {
   int64_t position(int slot) const override { return inner_->position(slot); }
   void reset(int slot) override { inner_->reset(slot); }
   std::vector<std::vector<float>> step(const std::vector<runtime::StepInput>& batch) override {
+    return inner_->step(batch);
+  }
+  std::shared_ptr<runtime::Snapshot> save(int slot) const override { return inner_->save(slot); }
+  void restore(int slot, const runtime::Snapshot& snap) override { inner_->restore(slot, snap); }
+  int64_t snapshot_bytes() const override { return inner_->snapshot_bytes(); }
+
+ private:
+  std::unique_ptr<runtime::Backend> inner_;
+};
+
+// A backend that checks every step against the plan's tokens-per-step and can be told to fail snapshots.
+class StrictBackend final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::vector<std::vector<float>> step(const std::vector<runtime::StepInput>& batch) override {
     int64_t n = 0;
     for (const auto& in : batch) n += (int64_t)in.tokens.size();
     max_step_ = std::max(max_step_.load(), n);
     if (n > plan().max_batch_tokens) throw runtime::RuntimeError("step larger than the plan allows");
-    return inner_->step(batch);
+    return ForwardingBackend::step(batch);
   }
   std::shared_ptr<runtime::Snapshot> save(int slot) const override {
     if (fail_save_) throw runtime::RuntimeError("out of device memory (test)");
-    return inner_->save(slot);
+    return ForwardingBackend::save(slot);
   }
-  void restore(int slot, const runtime::Snapshot& snap) override { inner_->restore(slot, snap); }
-  int64_t snapshot_bytes() const override { return inner_->snapshot_bytes(); }
 
   std::atomic<int64_t> max_step_{0};
   bool fail_save_ = false;
-
- private:
-  std::unique_ptr<runtime::Backend> inner_;
 };
 
 }  // namespace
@@ -300,23 +310,14 @@ namespace {
 // A backend that selects sampling candidates "on its device" the way the CUDA backend does (k best after the
 // sampler's bias and penalties), here with the host reference Sampler::top_candidates, so the engine's use of
 // step_select is tested without a GPU.
-class SelectingBackend final : public runtime::Backend {
+class SelectingBackend final : public ForwardingBackend {
  public:
-  explicit SelectingBackend(const ir::Plan& plan) : inner_(runtime::make_backend(plan)) {}
-  const ir::Plan& plan() const override { return inner_->plan(); }
-  int slots() const override { return inner_->slots(); }
-  int64_t vocab_rows() const override { return inner_->vocab_rows(); }
-  int64_t context_length() const override { return inner_->context_length(); }
-  int64_t position(int slot) const override { return inner_->position(slot); }
-  void reset(int slot) override { inner_->reset(slot); }
-  std::vector<std::vector<float>> step(const std::vector<runtime::StepInput>& batch) override {
-    return inner_->step(batch);
-  }
+  using ForwardingBackend::ForwardingBackend;
   int32_t top_k_max() const override { return 64; }
   std::vector<std::vector<float>> step_select(const std::vector<runtime::StepInput>& batch,
                                               const std::vector<Select>& select,
                                               std::vector<std::optional<runtime::TopCandidates>>& top) override {
-    std::vector<std::vector<float>> logits = inner_->step(batch);
+    std::vector<std::vector<float>> logits = step(batch);
     top.assign(batch.size(), std::nullopt);
     for (size_t k = 0; k < batch.size(); ++k) {
       if (logits[k].empty() || select[k].k <= 0) continue;
@@ -330,14 +331,7 @@ class SelectingBackend final : public runtime::Backend {
     }
     return logits;
   }
-  std::shared_ptr<runtime::Snapshot> save(int slot) const override { return inner_->save(slot); }
-  void restore(int slot, const runtime::Snapshot& snap) override { inner_->restore(slot, snap); }
-  int64_t snapshot_bytes() const override { return inner_->snapshot_bytes(); }
-
   std::atomic<int64_t> selected_{0};
-
- private:
-  std::unique_ptr<runtime::Backend> inner_;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/sampler.h"
+#include "tests/runtime/sampling_test_util.h"
 
 using qrig::runtime::Sampler;
 using qrig::runtime::SamplingParams;
@@ -487,15 +488,7 @@ TopCase random_top_case(std::mt19937_64& gen, const std::vector<float>& logits, 
   auto pick_int = [&](int lo, int hi) { return lo + int(gen() % uint64_t(hi - lo + 1)); };
   TopCase c;
   SamplingParams& p = c.p;
-  p.seed = gen();
-  p.temperature = pick_int(0, 3) == 0 ? 0.0f : 0.2f + 1.8f * u(gen);
-  p.top_k = pick_int(1, 64);
-  p.top_p = pick_int(0, 1) ? 1.0f : 0.05f + 0.95f * u(gen);
-  p.min_p = pick_int(0, 1) ? 0.0f : 0.5f * u(gen);
-  p.presence_penalty = pick_int(0, 1) ? 0.0f : -2.0f + 4.0f * u(gen);
-  p.frequency_penalty = pick_int(0, 1) ? 0.0f : -1.0f + 2.0f * u(gen);
-  const int rep = pick_int(0, 2);
-  p.repetition_penalty = rep == 0 ? 1.0f : rep == 1 ? 0.5f + 0.5f * u(gen) : 1.0f + u(gen);
+  qrig::runtime::test::random_top_params(gen, p);
   const int32_t last_n[] = {-1, 0, 16, 64};
   p.penalty_last_n = last_n[pick_int(0, 3)];
   // The ids near the top of the raw logits, so that biases and penalties reorder the candidates.
