@@ -5,6 +5,7 @@
 #include <climits>
 #include <memory>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -82,7 +83,8 @@ std::vector<float> tensor_f32(const gguf::File& ref, const std::string& name) {
 
 }  // namespace
 
-std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& ref, int64_t split) {
+std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& ref, int64_t split,
+                                             std::vector<float>* dump) {
   std::vector<SequenceReport> out;
   const auto& seqs = ref.get_string_array("reference.sequences");
   for (const std::string& name : seqs) {
@@ -125,6 +127,7 @@ std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& 
         }
       };
       std::vector<float> got = ex.forward(chunk, rows, tap);
+      if (dump) dump->insert(dump->end(), got.begin(), got.end());
       for (int64_t t = 0; t < T; ++t) {
         double e = row_rel_err(got.data() + t * vocab, logits.data() + (done + t) * vocab, vocab);
         rep.max_rel_err = std::max(rep.max_rel_err, std::isnan(e) ? INFINITY : e);
@@ -142,10 +145,11 @@ std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& 
 }
 
 int cmd_verify(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1"}, {"--emulate-dp4a", "--precise"});
+  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1", "--dump"},
+         {"--emulate-dp4a", "--precise"});
   if (a.positional().size() != 2)
     throw UsageError("usage: qrig verify MODEL.gguf|PLAN_DIR REF.gguf [--rig RIG.toml] [--backend cpu|cuda] [--tol X] "
-                     "[--min-top1 F] [--split N] [--emulate-dp4a] [--precise]");
+                     "[--min-top1 F] [--split N] [--emulate-dp4a] [--precise] [--dump FILE]");
   const bool precise = a.has("--precise");
   LoadOptions lo;
   lo.backend = a.get("--backend", a.has("--rig") ? "" : "cpu");
@@ -180,7 +184,16 @@ int cmd_verify(int argc, char** argv) {
 #endif
   }
   gguf::File ref = gguf::File::open(a.positional()[1]);
-  auto reports = verify_reference(*runner, ref, a.get_int("--split", 0));
+  std::vector<float> dump;
+  auto reports = verify_reference(*runner, ref, a.get_int("--split", 0), a.has("--dump") ? &dump : nullptr);
+  if (a.has("--dump")) {
+    // Raw little-endian f32: every position's logits, sequence by sequence in the reference's order.
+    const std::string path = a.get("--dump");
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f || std::fwrite(dump.data(), sizeof(float), dump.size(), f) != dump.size() || std::fclose(f) != 0)
+      throw std::runtime_error(fmt::format("cannot write the logits to '{}'", path));
+    fmt::print("wrote {} logits ({} bytes) to {}\n", dump.size(), dump.size() * 4, path);
+  }
   double worst = 0;
   int64_t agree = 0, total = 0;
   for (const auto& r : reports) {

@@ -31,7 +31,9 @@ class ModelRunner {
 };
 
 // Runs every sequence of `ref`: one prefill when split <= 0, else a prefill of `split` tokens followed by
-// single-token decode steps.
-std::vector<SequenceReport> verify_reference(ModelRunner& model, const gguf::File& ref, int64_t split);
+// single-token decode steps. dump (optional): receives every position's logits as computed, sequence by
+// sequence in the reference's order (qrig verify --dump: two runs' dumps compare bit for bit).
+std::vector<SequenceReport> verify_reference(ModelRunner& model, const gguf::File& ref, int64_t split,
+                                             std::vector<float>* dump = nullptr);
 
 }  // namespace qrig::cli

@@ -119,6 +119,31 @@ TEST_CASE("qrig run generates, stops at -n and reports speed; verify checks a re
   CHECK(ok.rc == 0);
   CHECK(ok.text.find("seq long max_rel_err") != std::string::npos);
   CHECK(ok.text.find("first_bad_layer none") != std::string::npos);
+  // --dump: every position's logits (395 positions x 1088 vocab rows), the same bits on a second run, and
+  // within the reference tolerance of the reference's own logits (so the file holds what was computed).
+  const std::string d1 = tmp("dump1.f32"), d2 = tmp("dump2.f32");
+  REQUIRE(sh(bin + " verify " + kTiny + " " + kShared + "/fixtures/tiny-ref.gguf --split 20 --dump " + d1).rc == 0);
+  REQUIRE(sh(bin + " verify " + kTiny + " " + kShared + "/fixtures/tiny-ref.gguf --split 20 --dump " + d2).rc == 0);
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string b1 = slurp(d1);
+  REQUIRE(b1.size() == (300 + 30 + 64 + 1) * 1088 * 4);
+  CHECK(b1 == slurp(d2));
+  {
+    const gguf::File ref = gguf::File::open(kShared + "/fixtures/tiny-ref.gguf");
+    const gguf::TensorInfo& t = ref.tensor("logits.long");
+    std::vector<float> want(t.n_elements);
+    gguf::dequantize(t.type, ref.tensor_data(t), want.data(), t.n_elements);
+    const float* got = reinterpret_cast<const float*>(b1.data());  // "long" is the first sequence
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      num = std::max(num, (double)std::fabs(got[i] - want[i]));
+      den = std::max(den, (double)std::fabs(want[i]));
+    }
+    CHECK(num / den < 1e-4);
+  }
   // A different model (synth tiny, same shapes) must fail verification, naming layer 0 as the first bad one.
   const std::string other = tmp("other.gguf");
   cli::write_synth_model("tiny", 9, other);
