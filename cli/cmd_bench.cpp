@@ -59,7 +59,8 @@ class BackendModel final : public BenchModel {
 #ifdef QRIG_HAVE_CUDA
 class CudaModel final : public BenchModel {
  public:
-  explicit CudaModel(const ir::Plan& plan) : ex_(plan, runtime::open_plan_model(plan)) {}
+  CudaModel(const ir::Plan& plan, bool graphs)
+      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, {}, graphs}) {}
   void reset() override { ex_.reset(0); }
   int32_t run(const std::vector<int32_t>& tokens, bool last) override {
     std::vector<std::vector<int32_t>> rows(1);
@@ -115,10 +116,11 @@ double stddev(const std::vector<double>& v) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed"}, {});
+  Args a(argc, argv, 2, {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed"},
+         {"--no-cuda-graphs"});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
-                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N]");
+                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--no-cuda-graphs]");
   const auto pps = a.get_int_list("-p", {512});
   const auto tgs = a.get_int_list("-n", {128});
   const auto depths = a.get_int_list("-d", {0});
@@ -141,7 +143,7 @@ int cmd_bench(int argc, char** argv) {
                                             "with --ctx {})", plan.context_length, need, need));
   std::unique_ptr<BenchModel> model;
 #ifdef QRIG_HAVE_CUDA
-  if (plan.backend == "cuda") model = std::make_unique<CudaModel>(plan);
+  if (plan.backend == "cuda") model = std::make_unique<CudaModel>(plan, !a.has("--no-cuda-graphs"));
 #endif
   if (!model) model = std::make_unique<BackendModel>(plan);
 

@@ -1,4 +1,6 @@
-// `qrig compile` (GGUF + rig -> plan directory) and `qrig inspect` (print a plan for people tuning a rig).
+// `qrig compile` (GGUF + rig -> plan directory) and `qrig inspect` (print a plan for people tuning a rig: every
+// decision, the kernel of every op kind per range of rows with the cost model's reason, and the bytes per device
+// the runtime allocates).
 #include <filesystem>
 #include <map>
 
@@ -23,18 +25,21 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.context_length = opt.context_length;
   co.max_sequences = opt.max_sequences;
   co.force_backend = opt.backend;
+  co.family = opt.family;
   co.max_gpus = 1;  // the runtime runs single-GPU plans (the layer pipeline over several GPUs is not built yet)
   co.precise_rows = opt.precise_rows;
+  co.max_logit_rows = opt.max_logit_rows;
   return compiler::compile(f, rig, co);
 }
 
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows"},
-         {"--no-precompile", "--precise"});
+         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs"});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
-                     "[--backend cpu|cuda] [--gpus N] [--precise | --precise-rows N] [--no-precompile]");
+                     "[--backend cpu|cuda] [--gpus N] [--precise | --precise-rows N] [--emulate-dp4a] "
+                     "[--no-cuda-graphs] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   gguf::File f = gguf::File::open(a.positional()[0]);
@@ -49,6 +54,8 @@ int cmd_compile(int argc, char** argv) {
   if (a.has("--precise") && a.has("--precise-rows")) throw UsageError("give --precise or --precise-rows, not both");
   co.precise_rows = a.has("--precise") ? co.max_batch_tokens : a.get_int("--precise-rows", -1);
   if (a.has("--precise-rows") && co.precise_rows < 0) throw UsageError("--precise-rows must be >= 0");
+  if (a.has("--emulate-dp4a")) co.family = "dp4a-emulated";
+  co.decode_graphs = !a.has("--no-cuda-graphs");
   ir::Plan plan = compiler::compile(f, rig, co);
   plan.write(out);
   fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops) for {} on rig '{}'\n", out, out, plan.graph.ops.size(),
@@ -78,20 +85,40 @@ int cmd_inspect(int argc, char** argv) {
   fmt::print("model     {} ({}, {:.1f} MiB) {}\n", p.model_path, p.arch, mib(p.model_size), p.model_name);
   fmt::print("rig       {}\n", p.rig_name);
   fmt::print("backend   {} {} kernel family {}\n", p.backend, p.arch_target, p.kernel_family);
-  fmt::print("context   {} tokens x {} sequences, {} tokens per step\n", p.context_length, p.max_sequences,
-             p.max_batch_tokens);
-  fmt::print("gdn       chunk {}, recurrent below {} tokens\n", p.gdn_chunk, p.gdn_recurrent_below);
-  if (p.backend == "cuda")
-    fmt::print("matmuls   two-plane activations up to {} rows per matmul, one plane above\n", p.precise_rows);
-  fmt::print("kv cache  {}\n", p.kv_dtype);
-  fmt::print("memory    weights {:.1f} MiB, kv {:.1f} KiB/token, state {:.2f} MiB/sequence, activations {:.1f} MiB, "
-             "budget {:.1f} MiB\n", mib(p.memory.weight_bytes), (double)p.memory.kv_bytes_per_token / 1024.0,
-             mib(p.memory.state_bytes_per_sequence), mib(p.memory.activation_bytes), mib(p.memory.budget_bytes));
+  if (!p.tuning_source.empty()) fmt::print("tuning    {}\n", p.tuning_source);
+  fmt::print("context   {} tokens x {} sequences, {} tokens and {} output rows per step\n", p.context_length,
+             p.max_sequences, p.max_batch_tokens, p.max_logit_rows);
+  fmt::print("gdn       chunk {}, recurrent below {} tokens per sequence\n", p.gdn_chunk, p.gdn_recurrent_below);
+  if (p.kernel_family != "reference")
+    fmt::print("matmuls   int8 activations: two planes up to {} rows per matmul, one plane above\n", p.precise_rows);
+  fmt::print("kv cache  keys {}, values {}\n", p.k_dtype, p.v_dtype);
+  if (p.backend == "cuda") fmt::print("decode    CUDA graphs {}\n", p.decode_graphs ? "on" : "off");
   for (const auto& pl : p.placement) fmt::print("placement {}: layers {}-{}\n", pl.device, pl.first_layer, pl.last_layer);
-  std::map<std::string, int> kinds;
-  for (const auto& op : p.graph.ops) ++kinds[op.has("kernel") ? op.s("kernel") : op.kind];
-  fmt::print("kernels  ");
-  for (const auto& [k, n] : kinds) fmt::print(" {} x{}", k, n);
+  fmt::print("memory    weights {:.1f} MiB, kv {:.1f} KiB/token, state {:.2f} MiB/sequence, activations {:.1f} MiB, "
+             "snapshots {} x {:.2f} MiB per slot, budget {:.1f} MiB\n",
+             mib(p.memory.weight_bytes), (double)p.memory.kv_bytes_per_token / 1024.0,
+             mib(p.memory.state_bytes_per_sequence), mib(p.memory.activation_bytes), p.memory.snapshots_per_slot,
+             mib(p.memory.snapshot_bytes), mib(p.memory.budget_bytes));
+  if (!p.memory.devices.empty()) {
+    fmt::print("\n{:<8} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "device", "weights", "arena", "io",
+               "sampling", "states", "snapshots", "total", "budget", "headroom");
+    for (const auto& d : p.memory.devices)
+      fmt::print("{:<8} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}\n", d.device, d.weights, d.arena,
+                 d.io, d.sampling, d.states, d.snapshots, d.total, d.budget, d.budget - d.total);
+    fmt::print("(bytes the runtime allocates on each device; snapshots are the prefix cache's budget, taken on demand)\n");
+  }
+  if (!p.kernels.empty()) {
+    fmt::print("\nkernels (op, shape, rows, variants, reason; ops = how many ops of the graph share the choice):\n");
+    for (const auto& k : p.kernels)
+      fmt::print("  {:<13} {:<22} {:>5}-{:<5} x{:<3} {}\n      {}\n", k.op, k.shape, k.first_rows, k.last_rows, k.ops,
+                 k.variants, k.reason);
+  } else {
+    std::map<std::string, int> kinds;
+    for (const auto& op : p.graph.ops) ++kinds[ir::op_name(op.kind)];
+    fmt::print("ops      ");
+    for (const auto& [k, n] : kinds) fmt::print(" {} x{}", k, n);
+    fmt::print("\n");
+  }
   fmt::print("\nnotes:\n");
   for (const auto& n : p.notes) fmt::print("  - {}\n", n);
   if (a.has("--graph")) fmt::print("\n{}", ir::print(p.graph));

@@ -51,7 +51,7 @@ const std::set<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "-
 int cmd_run(int argc, char** argv) {
   std::set<std::string> flags = kSamplingFlags;
   flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f"});
-  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special"});
+  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs"});
   if (a.positional().size() > 1)
     throw UsageError("usage: qrig run [MODEL.gguf|PLAN_DIR] -p PROMPT [--chat] [--no-think] [--parse-special] [-n N] [sampling flags]");
   std::string prompt = a.get("-p", a.get("--prompt"));
@@ -100,7 +100,9 @@ int cmd_run(int argc, char** argv) {
   req.stop_tokens = tok.eog_ids();
   text::StopMatcher stops(a.has("--stop") ? std::vector<std::string>{a.get("--stop")} : std::vector<std::string>{});
 
-  runtime::Engine engine(runtime::make_backend(plan));
+  runtime::BackendOptions bo;
+  bo.cuda_graphs = !a.has("--no-cuda-graphs");
+  runtime::Engine engine(runtime::make_backend(plan, bo));
   if (!a.has("--quiet")) fmt::print(stderr, "qrig: {} ({}), {} prompt tokens\n", plan.model_name, plan.backend, req.prompt.size());
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

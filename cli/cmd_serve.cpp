@@ -56,6 +56,8 @@ std::string usage_text() {
     s += fmt::format("  {:<20} {:<22} {}{}\n", o.flag, o.env, o.help,
                      *o.dflt ? fmt::format(" [{}]", o.dflt) : std::string());
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
+  s += fmt::format("  {:<20} {:<22} {}\n", "--no-cuda-graphs", "(flag only)",
+                   "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
   s += fmt::format("  {:<20} {:<22} {}\n", "MODEL", "QRIG_MODEL", "the .gguf or plan directory to serve");
   return s;
 }
@@ -95,7 +97,7 @@ class Settings {
 int cmd_serve(int argc, char** argv) {
   std::set<std::string> value_flags;
   for (const Option& o : kOptions) value_flags.insert(o.flag);
-  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--help", "-h"});
+  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     fmt::print("{}", usage_text());
     return 0;
@@ -183,7 +185,9 @@ int cmd_serve(int argc, char** argv) {
       gguf::File f = gguf::File::open(plan.model_path);
       model->tokenizer = std::make_shared<text::Tokenizer>(text::Tokenizer::from_gguf(f));
     }
-    model->engine = std::make_shared<runtime::Engine>(runtime::make_backend(plan), so.max_queue);
+    runtime::BackendOptions bo;
+    bo.cuda_graphs = !a.has("--no-cuda-graphs");
+    model->engine = std::make_shared<runtime::Engine>(runtime::make_backend(plan, bo), so.max_queue);
     std::string alias = set.str("--alias");
     model->id = !alias.empty() ? alias : std::filesystem::path(plan_dir ? model_path : plan.model_path).stem().string();
     model->path = plan_dir ? model_path : plan.model_path;

@@ -27,10 +27,7 @@ namespace {
 
 class CpuRunner final : public ModelRunner {
  public:
-  CpuRunner(const ir::Plan& plan, bool emulate_dp4a, int64_t precise_rows)
-      : ex_(plan, runtime::open_plan_model(plan)), seq_(ex_.new_sequence()) {
-    ex_.emulate_dp4a_numerics(emulate_dp4a, precise_rows);
-  }
+  explicit CpuRunner(const ir::Plan& plan) : ex_(plan, runtime::open_plan_model(plan)), seq_(ex_.new_sequence()) {}
   int64_t vocab() const override { return ex_.vocab_rows(); }
   int64_t max_step_tokens() const override { return INT64_MAX; }
   void begin_sequence() override { seq_ = ex_.new_sequence(); }
@@ -47,10 +44,10 @@ class CpuRunner final : public ModelRunner {
 #ifdef QRIG_HAVE_CUDA
 class CudaRunner final : public ModelRunner {
  public:
-  explicit CudaRunner(const ir::Plan& plan)
-      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, plan.max_batch_tokens, {}}) {}
+  explicit CudaRunner(const ir::Plan& plan) : ex_(plan, runtime::open_plan_model(plan)) {}
   int64_t vocab() const override { return ex_.vocab_rows(); }
-  int64_t max_step_tokens() const override { return ex_.plan().max_batch_tokens; }
+  // Every row's logits come back: a step is at most the plan's output rows long.
+  int64_t max_step_tokens() const override { return std::min(ex_.plan().max_batch_tokens, ex_.plan().max_logit_rows); }
   void begin_sequence() override { ex_.reset(0); }
   std::vector<float> forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& rows,
                              const runtime::TapFn& tap) override {
@@ -151,14 +148,19 @@ int cmd_verify(int argc, char** argv) {
     throw UsageError("usage: qrig verify MODEL.gguf|PLAN_DIR REF.gguf [--rig RIG.toml] [--backend cpu|cuda] [--tol X] "
                      "[--min-top1 F] [--split N] [--emulate-dp4a] [--precise] [--dump FILE]");
   const bool precise = a.has("--precise");
+  const bool emulate = a.has("--emulate-dp4a");
   LoadOptions lo;
-  lo.backend = a.get("--backend", a.has("--rig") ? "" : "cpu");
+  lo.backend = a.get("--backend", a.has("--rig") && !emulate ? "" : "cpu");
   lo.rig_path = a.get("--rig");
   lo.max_sequences = 1;
+  lo.max_logit_rows = 512;  // every row of a prefill step (the default 512 tokens)
+  if (emulate) lo.family = "dp4a-emulated";
   if (precise) lo.precise_rows = INT64_MAX;
-  if (precise && std::filesystem::is_directory(a.positional()[0]))
-    throw UsageError("--precise compiles the .gguf with two-plane activations; a plan directory has its own "
-                     "(qrig compile --precise)");
+  const bool dir = std::filesystem::is_directory(a.positional()[0]);
+  if ((precise || emulate) && dir)
+    throw UsageError("--precise and --emulate-dp4a compile the .gguf; a plan directory has its own numerics "
+                     "(qrig compile --precise / --emulate-dp4a)");
+  if (emulate && lo.backend != "cpu") throw UsageError("--emulate-dp4a is a CPU backend mode");
   ir::Plan plan = load_or_compile_plan(a.positional()[0], lo);
   // The CPU reference runs fp32 throughout: ~5e-6 of the float64 reference, top-1 on every position. The CUDA
   // dp4a family quantizes matmul inputs to int8 per 32 values and keeps the KV cache in fp16. With one int8
@@ -166,16 +168,14 @@ int cmd_verify(int argc, char** argv) {
   // agreement on tiny-ref, on the GPU and on the CPU emulating it: the random tiny model's top-2 logits are
   // often that close (the int8 input of lm_head alone flips 4 of 395 positions). Two planes (~15 bits:
   // decode by default, every matmul with --precise) give ~4e-4 and 100% in the emulation.
-  // --emulate-dp4a runs the CPU reference with the GPU family's numerics.
-  const bool emulate = a.has("--emulate-dp4a");
-  if (emulate && plan.backend != "cpu") throw UsageError("--emulate-dp4a is a CPU backend mode");
-  const bool q8 = plan.backend != "cpu" || emulate;
-  const bool q8_everywhere = q8 && !precise;
+  // --emulate-dp4a runs the CPU reference with the GPU family's numerics (a dp4a-emulated plan).
+  const bool q8 = plan.kernel_family != "reference";
+  const bool q8_everywhere = q8 && plan.precise_rows < plan.max_batch_tokens;
   const double tol = a.get_float("--tol", q8_everywhere ? 1e-1 : q8 ? 5e-3 : 1e-4);
   const double min_top1 = a.get_float("--min-top1", q8_everywhere ? 0.9 : 0.99);
   std::unique_ptr<ModelRunner> runner;
   if (plan.backend == "cpu") {
-    runner = std::make_unique<CpuRunner>(plan, emulate, precise ? INT64_MAX : compiler::kDefaultPreciseRows);
+    runner = std::make_unique<CpuRunner>(plan);
   } else {
 #ifdef QRIG_HAVE_CUDA
     runner = std::make_unique<CudaRunner>(plan);

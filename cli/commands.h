@@ -30,6 +30,8 @@ struct LoadOptions {
   int64_t context_length = 0;
   int64_t max_sequences = 4;
   int64_t precise_rows = -1;  // CompileOptions::precise_rows
+  int64_t max_logit_rows = 0;  // CompileOptions::max_logit_rows
+  std::string family;          // CompileOptions::family ("dp4a-emulated")
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
 

@@ -170,8 +170,9 @@ const SynthPreset& synth_preset(const std::string& name) {
   throw UsageError(fmt::format("unknown synth preset '{}' (presets: {})", name, all));
 }
 
-gguf::Writer synth_model(const std::string& preset, uint64_t seed) {
-  const SynthPreset& p = synth_preset(preset);
+gguf::Writer synth_model(const std::string& preset, uint64_t seed) { return synth_model(synth_preset(preset), seed); }
+
+gguf::Writer synth_model(const SynthPreset& p, uint64_t seed) {
   const uint64_t D = p.hidden, key_dim = p.gdn_k_heads * p.gdn_head_dim, value_dim = p.gdn_v_heads * p.gdn_head_dim;
   const uint64_t conv_dim = 2 * key_dim + value_dim, q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
   Builder b{gguf::Writer(), seed};

@@ -41,6 +41,8 @@ const std::string& qwen35_chat_template();
 // per-block scale; F32 norms ~1 + N(0, 0.1^2); ssm_a = -U(1, 16); ssm_dt.bias = softplus^-1 of a log-uniform
 // dt in [1e-3, 1]; ssm_conv1d ~U(-0.5, 0.5).
 gguf::Writer synth_model(const std::string& preset, uint64_t seed);
+// The same for any shape (tests of shapes no preset has, e.g. 6 GDN value heads).
+gguf::Writer synth_model(const SynthPreset& shape, uint64_t seed);
 // Bump when the generated weights change for a given preset and seed (the metadata and tensor layout are
 // fingerprinted separately): the built-in model's cache file name carries both, so an old file is not reused.
 constexpr int kSynthWeightsVersion = 1;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "runtime/cpu/executor.h"
+#include "runtime/errors.h"
 
 namespace qrig::cli {
 

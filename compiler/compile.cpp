@@ -1,7 +1,10 @@
 // compile(): read hyperparameters, lower to IR, run the passes in order, return the plan.
 #include "compiler/compile.h"
 
+#include <algorithm>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "compiler/models/qwen35.h"
 #include "compiler/passes/passes.h"
@@ -11,7 +14,7 @@ namespace qrig::compiler {
 std::string compiler_version() { return "qrig 0.1.0"; }
 
 ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& options) {
-  CompileContext cx{file, Qwen35Params::from_gguf(file), rig, options, {}};
+  CompileContext cx{file, Qwen35Params::from_gguf(file), rig, options, {}, {}};
   ir::Plan& p = cx.plan;
   bool has_cpu = false;
   for (const auto& d : rig.devices) has_cpu |= d.kind == "cpu";
@@ -37,13 +40,26 @@ ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& o
   if (cx.params.n_mtp > 0)
     p.notes.push_back("model: MTP block present (blk." + std::to_string(cx.params.n_layer) +
                       "), kept aside: speculative decoding is not implemented yet");
-  p.graph = lower_qwen35(cx.params);
+  if (options.max_batch_tokens < 1 || options.max_batch_tokens > 65536)
+    throw CompileError(fmt::format("tokens per step (--batch) must be in 1..65536, not {}", options.max_batch_tokens));
+  if (options.max_sequences < 1 || options.max_sequences > 4096)
+    throw CompileError(fmt::format("sequences (--parallel) must be in 1..4096, not {}", options.max_sequences));
+  if (options.max_logit_rows < 0) throw CompileError("output rows per step must be >= 0");
+  p.max_batch_tokens = options.max_batch_tokens;
+  p.max_sequences = options.max_sequences;
+  p.max_logit_rows = std::min(options.max_logit_rows > 0 ? options.max_logit_rows : options.max_sequences,
+                              options.max_batch_tokens);
+  cx.options.max_batch_tokens = p.max_batch_tokens;
+  p.graph = lower_qwen35(cx.params, file);
   passes::select_backend(cx);
   passes::place_layers(cx);
   passes::choose_kv_format(cx);
   passes::schedule_gdn(cx);
-  passes::plan_memory(cx);
+  passes::quantize_matmul_inputs(cx);
+  passes::fuse_norm_quant(cx);
+  passes::stack_matmuls(cx);
   passes::choose_kernels(cx);
+  passes::plan_memory(cx);
   ir::verify(p.graph);
   return p;
 }

@@ -7,6 +7,7 @@
 #include "compiler/rig.h"
 #include "gguf/gguf.h"
 #include "ir/plan.h"
+#include "kernels/tuning.h"
 
 namespace qrig::compiler {
 
@@ -23,6 +24,12 @@ struct CompileOptions {
   // GPU matmuls over at most this many rows use two-plane (~15-bit) activations; -1: the default
   // (kDefaultPreciseRows), a value >= max_batch_tokens: every matmul (prefill too, at about half its speed).
   int64_t precise_rows = -1;
+  // Output rows (logits) one step may return; 0: max_sequences (one per sequence). Verification asks for every
+  // row of a prefill (max_batch_tokens).
+  int64_t max_logit_rows = 0;
+  // "" (the backend's own family), or "dp4a-emulated": the cpu runs the GPU family's numerics.
+  std::string family;
+  bool decode_graphs = true;  // CUDA plans: decode steps as CUDA graphs
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.
@@ -31,7 +38,8 @@ struct CompileContext {
   Qwen35Params params;
   Rig rig;
   CompileOptions options;
-  ir::Plan plan;  // filled in as passes decide
+  kernels::Tuning tuning;  // the measured numbers the kernel choices model the GPU with (select_backend)
+  ir::Plan plan;           // filled in as passes decide
 };
 
 ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& options);

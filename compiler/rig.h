@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/tuning.h"
+
 namespace qrig::compiler {
 
 struct RigDevice {
@@ -27,10 +29,24 @@ struct RigLink {
   double p2p_gbps = 0;
 };
 
+// Measured numbers that replace the kernel library's defaults (kernels/tuning.h) for this rig's GPUs: a
+// [tuning] table in the rig file (written by hand or by a measuring tool). Absent entries keep the defaults.
+struct RigTuning {
+  bool present = false;
+  std::string source;                               // what measured them
+  std::vector<kernels::GemmTiling> gemm_tilings[2];  // by planes - 1; non-empty replaces the default list
+  std::vector<std::pair<std::string, int64_t>> attention_resident;  // added to / replacing the defaults
+  int64_t gdn_recurrent_below = 0;                  // 0: the default
+};
+
 struct Rig {
   std::string name;
   std::vector<RigDevice> devices;
   std::vector<RigLink> links;
+  RigTuning tuning;
+
+  // The tuning data a plan for feature set sm_<sm> uses: the library's defaults with this rig's entries.
+  kernels::Tuning tuning_for(int sm) const;
 
   static Rig load(const std::string& path);  // throws CompileError naming the file and field
   static Rig parse(const std::string& toml_text, const std::string& source);

@@ -1,9 +1,14 @@
-// Reading and writing the plan directory (plan.toml via toml++, graph.ir via the IR text form).
+// Reading and writing the plan directory (plan.toml via toml++, graph.ir via the IR text form). A plan is
+// input like a GGUF: every field is checked for its type and range when read, so a hand-edited or corrupt plan
+// is an error naming the field, never a crash or an allocation of whatever a number says.
 #include "ir/plan.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -32,34 +37,100 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-template <class T>
-T need(const toml::table& t, const char* section, const char* key, const std::string& file) {
-  auto v = t[section][key].value<T>();
-  if (!v) throw Error(fmt::format("{}: [{}] {} is missing or of the wrong type", file, section, key));
-  return *v;
+// Reads fields of one table, each checked; errors name the file, table and key.
+struct Fields {
+  const toml::table& t;
+  std::string where;  // "plan.toml [decisions]"
+
+  const toml::node* node(const char* key, bool required) const {
+    const toml::node* n = t.get(key);
+    if (!n && required) throw Error(fmt::format("{}: {} is missing", where, key));
+    return n;
+  }
+  int64_t integer(const char* key, int64_t lo, int64_t hi, bool required = true, int64_t dflt = 0) const {
+    const toml::node* n = node(key, required);
+    if (!n) return dflt;
+    auto v = n->value_exact<int64_t>();
+    if (!v) throw Error(fmt::format("{}: {} must be an integer", where, key));
+    if (*v < lo || *v > hi) throw Error(fmt::format("{}: {} = {} is out of range [{}, {}]", where, key, *v, lo, hi));
+    return *v;
+  }
+  std::string str(const char* key, bool required = true, const std::string& dflt = {}) const {
+    const toml::node* n = node(key, required);
+    if (!n) return dflt;
+    auto v = n->value_exact<std::string>();
+    if (!v) throw Error(fmt::format("{}: {} must be a string", where, key));
+    return *v;
+  }
+  std::string one_of(const char* key, const std::set<std::string>& allowed, bool required = true,
+                     const std::string& dflt = {}) const {
+    std::string v = str(key, required, dflt);
+    if (!allowed.count(v)) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + ("'" + a + "'");
+      throw Error(fmt::format("{}: {} = '{}' is not one of {}", where, key, v, list));
+    }
+    return v;
+  }
+  bool boolean(const char* key, bool required = true, bool dflt = false) const {
+    const toml::node* n = node(key, required);
+    if (!n) return dflt;
+    auto v = n->value_exact<bool>();
+    if (!v) throw Error(fmt::format("{}: {} must be true or false", where, key));
+    return *v;
+  }
+};
+
+const toml::table& table(const toml::table& root, const char* name, const std::string& file) {
+  const toml::table* t = root[name].as_table();
+  if (!t) throw Error(fmt::format("{}: [{}] is missing or not a table", file, name));
+  return *t;
+}
+
+constexpr int64_t kMaxBytes = int64_t{1} << 50;  // 1 PiB: any byte count above this is nonsense
+const std::set<std::string> kBackends = {"cpu", "cuda"};
+const std::set<std::string> kFamilies = {"reference", "dp4a", "dp4a-emulated"};
+const std::set<std::string> kKvTypes = {"f32", "f16"};
+
+bool valid_device(const std::string& d) {
+  static const std::regex re("cpu|cuda:[0-9]{1,3}");
+  return std::regex_match(d, re);
 }
 
 }  // namespace
 
 std::string Plan::to_toml() const {
   toml::table plan{{"format", format}, {"compiler_version", compiler_version}, {"backend", backend},
-                   {"arch_target", arch_target}, {"device_sms", device_sms}, {"kernel_family", kernel_family}, {"rig", rig_name}};
+                   {"arch_target", arch_target}, {"device_sms", device_sms}, {"kernel_family", kernel_family},
+                   {"tuning_source", tuning_source}, {"rig", rig_name}};
   toml::table model{{"path", model_path}, {"size", model_size}, {"arch", arch}, {"name", model_name},
                     {"vocab_real", vocab_real}};
   toml::table decisions{{"context_length", context_length}, {"max_sequences", max_sequences},
-                        {"max_batch_tokens", max_batch_tokens}, {"gdn_chunk", gdn_chunk},
-                        {"gdn_recurrent_below", gdn_recurrent_below}, {"precise_rows", precise_rows},
-                        {"kv_dtype", kv_dtype}, {"threads", threads}};
+                        {"max_batch_tokens", max_batch_tokens}, {"max_logit_rows", max_logit_rows},
+                        {"gdn_chunk", gdn_chunk}, {"gdn_recurrent_below", gdn_recurrent_below},
+                        {"precise_rows", precise_rows}, {"k_dtype", k_dtype}, {"v_dtype", v_dtype},
+                        {"decode_graphs", decode_graphs}, {"threads", threads}};
   toml::table mem{{"weight_bytes", memory.weight_bytes}, {"kv_bytes_per_token", memory.kv_bytes_per_token},
-                     {"state_bytes_per_sequence", memory.state_bytes_per_sequence},
-                     {"activation_bytes", memory.activation_bytes}, {"budget_bytes", memory.budget_bytes}};
+                  {"state_bytes_per_sequence", memory.state_bytes_per_sequence},
+                  {"activation_bytes", memory.activation_bytes}, {"budget_bytes", memory.budget_bytes},
+                  {"snapshot_bytes", memory.snapshot_bytes}, {"snapshots_per_slot", memory.snapshots_per_slot}};
+  toml::array devs;
+  for (const DeviceMemory& d : memory.devices)
+    devs.push_back(toml::table{{"device", d.device}, {"weights", d.weights}, {"arena", d.arena}, {"io", d.io},
+                               {"sampling", d.sampling}, {"states", d.states}, {"snapshots", d.snapshots},
+                               {"total", d.total}, {"budget", d.budget}});
+  mem.insert("device", devs);
   toml::array places;
   for (const Placement& p : placement)
     places.push_back(toml::table{{"device", p.device}, {"first_layer", p.first_layer}, {"last_layer", p.last_layer}});
+  toml::array kern;
+  for (const KernelChoice& k : kernels)
+    kern.push_back(toml::table{{"op", k.op}, {"shape", k.shape}, {"ops", k.ops}, {"first_rows", k.first_rows},
+                               {"last_rows", k.last_rows}, {"variants", k.variants}, {"reason", k.reason}});
   toml::array note_arr;
   for (const auto& n : notes) note_arr.push_back(n);
   toml::table root{{"plan", plan}, {"model", model}, {"decisions", decisions}, {"memory", mem},
-                   {"placement", places}, {"notes", note_arr}};
+                   {"placement", places}, {"kernel", kern}, {"notes", note_arr}};
   std::ostringstream ss;
   ss << "# qrig plan: every decision for this model on this rig. Graph in graph.ir.\n" << root << "\n";
   return ss.str();
@@ -81,55 +152,129 @@ Plan Plan::read(const std::string& dir) {
     throw Error(fmt::format("{}: {}", file, e.description()));
   }
   Plan p;
-  p.format = need<int64_t>(t, "plan", "format", file);
+  const Fields plan{table(t, "plan", file), file + " [plan]"};
+  p.format = plan.integer("format", 0, INT64_MAX);
   if (p.format != kFormat)
     throw Error(fmt::format("{}: plan format {} is not supported by this qrig (wants {}); recompile the plan", file,
                             p.format, kFormat));
-  p.compiler_version = t["plan"]["compiler_version"].value_or(std::string());
-  p.backend = need<std::string>(t, "plan", "backend", file);
-  p.arch_target = t["plan"]["arch_target"].value_or(std::string());
-  p.kernel_family = t["plan"]["kernel_family"].value_or(std::string());
-  p.rig_name = t["plan"]["rig"].value_or(std::string());
-  p.device_sms = t["plan"]["device_sms"].value_or(int64_t{0});
-  p.model_path = need<std::string>(t, "model", "path", file);
-  p.model_size = need<int64_t>(t, "model", "size", file);
-  p.arch = need<std::string>(t, "model", "arch", file);
-  p.model_name = t["model"]["name"].value_or(std::string());
-  p.vocab_real = need<int64_t>(t, "model", "vocab_real", file);
-  p.context_length = need<int64_t>(t, "decisions", "context_length", file);
-  p.max_sequences = need<int64_t>(t, "decisions", "max_sequences", file);
-  p.max_batch_tokens = need<int64_t>(t, "decisions", "max_batch_tokens", file);
-  p.gdn_chunk = need<int64_t>(t, "decisions", "gdn_chunk", file);
-  p.gdn_recurrent_below = need<int64_t>(t, "decisions", "gdn_recurrent_below", file);
-  p.precise_rows = need<int64_t>(t, "decisions", "precise_rows", file);
-  p.kv_dtype = need<std::string>(t, "decisions", "kv_dtype", file);
-  p.threads = need<int64_t>(t, "decisions", "threads", file);
-  if (p.context_length <= 0 || p.max_sequences <= 0 || p.max_batch_tokens <= 0 || p.gdn_chunk <= 0)
-    throw Error(fmt::format("{}: decisions must be positive", file));
-  if (p.precise_rows < 0) throw Error(fmt::format("{}: decisions.precise_rows must be >= 0", file));
-  p.memory.weight_bytes = t["memory"]["weight_bytes"].value_or(int64_t{0});
-  p.memory.kv_bytes_per_token = t["memory"]["kv_bytes_per_token"].value_or(int64_t{0});
-  p.memory.state_bytes_per_sequence = t["memory"]["state_bytes_per_sequence"].value_or(int64_t{0});
-  p.memory.activation_bytes = t["memory"]["activation_bytes"].value_or(int64_t{0});
-  p.memory.budget_bytes = t["memory"]["budget_bytes"].value_or(int64_t{0});
+  p.compiler_version = plan.str("compiler_version", false);
+  p.backend = plan.one_of("backend", kBackends);
+  p.kernel_family = plan.one_of("kernel_family", kFamilies);
+  p.rig_name = plan.str("rig", false);
+  p.tuning_source = plan.str("tuning_source", false);
+  p.arch_target = plan.str("arch_target", false);
+  p.device_sms = plan.integer("device_sms", 0, 4096, false);
+  if (p.backend == "cuda") {
+    static const std::regex sm("sm_[0-9]{2,3}");
+    if (!std::regex_match(p.arch_target, sm))
+      throw Error(fmt::format("{}: arch_target '{}' is not a CUDA architecture like sm_90", file, p.arch_target));
+    if (p.device_sms < 1) throw Error(fmt::format("{}: a CUDA plan needs device_sms >= 1", file));
+    if (p.kernel_family != "dp4a") throw Error(fmt::format("{}: a CUDA plan runs the dp4a kernel family", file));
+  } else if (p.kernel_family == "dp4a") {
+    throw Error(fmt::format("{}: the dp4a kernel family runs on cuda (dp4a-emulated on the cpu)", file));
+  }
+  const Fields model{table(t, "model", file), file + " [model]"};
+  p.model_path = model.str("path");
+  if (p.model_path.empty()) throw Error(fmt::format("{}: [model] path is empty", file));
+  p.model_size = model.integer("size", 1, kMaxBytes);
+  p.arch = model.str("arch");
+  p.model_name = model.str("name", false);
+  p.vocab_real = model.integer("vocab_real", 1, int64_t{1} << 24);
+  const Fields dec{table(t, "decisions", file), file + " [decisions]"};
+  p.context_length = dec.integer("context_length", 1, int64_t{1} << 24);
+  p.max_sequences = dec.integer("max_sequences", 1, 4096);
+  p.max_batch_tokens = dec.integer("max_batch_tokens", 1, 65536);
+  p.max_logit_rows = dec.integer("max_logit_rows", 1, p.max_batch_tokens);
+  p.gdn_chunk = dec.integer("gdn_chunk", 16, 64);
+  if (p.gdn_chunk % 16 != 0) throw Error(fmt::format("{}: gdn_chunk must be 16, 32, 48 or 64", file));
+  p.gdn_recurrent_below = dec.integer("gdn_recurrent_below", 1, 65536);
+  p.precise_rows = dec.integer("precise_rows", 0, p.max_batch_tokens);
+  p.k_dtype = dec.one_of("k_dtype", kKvTypes);
+  p.v_dtype = dec.one_of("v_dtype", kKvTypes);
+  p.decode_graphs = dec.boolean("decode_graphs");
+  p.threads = dec.integer("threads", 0, 4096);
+
+  const Fields mem{table(t, "memory", file), file + " [memory]"};
+  p.memory.weight_bytes = mem.integer("weight_bytes", 0, kMaxBytes);
+  p.memory.kv_bytes_per_token = mem.integer("kv_bytes_per_token", 0, kMaxBytes);
+  p.memory.state_bytes_per_sequence = mem.integer("state_bytes_per_sequence", 0, kMaxBytes);
+  p.memory.activation_bytes = mem.integer("activation_bytes", 0, kMaxBytes);
+  p.memory.budget_bytes = mem.integer("budget_bytes", 0, kMaxBytes);
+  p.memory.snapshot_bytes = mem.integer("snapshot_bytes", 0, kMaxBytes);
+  p.memory.snapshots_per_slot = mem.integer("snapshots_per_slot", 0, 1024);
+  if (const toml::node* n = mem.t.get("device")) {
+    const toml::array* arr = n->as_array();
+    if (!arr) throw Error(fmt::format("{}: [[memory.device]] must be an array of tables", file));
+    for (const auto& e : *arr) {
+      const toml::table* dt = e.as_table();
+      if (!dt) throw Error(fmt::format("{}: [[memory.device]] entries must be tables", file));
+      const Fields d{*dt, file + " [[memory.device]]"};
+      DeviceMemory m;
+      m.device = d.str("device");
+      if (!valid_device(m.device)) throw Error(fmt::format("{}: memory device '{}' is not cpu or cuda:N", file, m.device));
+      m.weights = d.integer("weights", 0, kMaxBytes);
+      m.arena = d.integer("arena", 0, kMaxBytes);
+      m.io = d.integer("io", 0, kMaxBytes);
+      m.sampling = d.integer("sampling", 0, kMaxBytes);
+      m.states = d.integer("states", 0, kMaxBytes);
+      m.snapshots = d.integer("snapshots", 0, kMaxBytes);
+      m.total = d.integer("total", 0, kMaxBytes);
+      m.budget = d.integer("budget", 0, kMaxBytes);
+      if (m.total != m.weights + m.arena + m.io + m.sampling + m.states + m.snapshots)
+        throw Error(fmt::format("{}: memory of {}: total {} is not the sum of its parts", file, m.device, m.total));
+      p.memory.devices.push_back(m);
+    }
+  }
   if (auto arr = t["placement"].as_array()) {
     for (const auto& e : *arr) {
       const toml::table* pt = e.as_table();
       if (!pt) throw Error(fmt::format("{}: [[placement]] entries must be tables", file));
+      const Fields f{*pt, file + " [[placement]]"};
       Placement pl;
-      pl.device = (*pt)["device"].value_or(std::string());
-      pl.first_layer = (*pt)["first_layer"].value_or(int64_t{-1});
-      pl.last_layer = (*pt)["last_layer"].value_or(int64_t{-1});
+      pl.device = f.str("device");
+      if (!valid_device(pl.device)) throw Error(fmt::format("{}: placement device '{}' is not cpu or cuda:N", file, pl.device));
+      pl.first_layer = f.integer("first_layer", 0, 1 << 20);
+      pl.last_layer = f.integer("last_layer", pl.first_layer, 1 << 20);
+      if (!p.placement.empty() && pl.first_layer != p.placement.back().last_layer + 1)
+        throw Error(fmt::format("{}: placement ranges must be contiguous ({} after {})", file, pl.first_layer,
+                                p.placement.back().last_layer));
       p.placement.push_back(pl);
     }
   }
+  if (p.placement.empty()) throw Error(fmt::format("{}: [[placement]] is missing", file));
+  if (auto arr = t["kernel"].as_array()) {
+    for (const auto& e : *arr) {
+      const toml::table* kt = e.as_table();
+      if (!kt) throw Error(fmt::format("{}: [[kernel]] entries must be tables", file));
+      const Fields f{*kt, file + " [[kernel]]"};
+      KernelChoice k;
+      k.op = f.str("op");
+      k.shape = f.str("shape", false);
+      k.ops = f.integer("ops", 0, INT64_MAX, false);
+      k.first_rows = f.integer("first_rows", 1, 65536);
+      k.last_rows = f.integer("last_rows", k.first_rows, 65536);
+      k.variants = f.str("variants");
+      k.reason = f.str("reason", false);
+      p.kernels.push_back(k);
+    }
+  }
   if (auto arr = t["notes"].as_array())
-    for (const auto& e : *arr) p.notes.push_back(e.value_or(std::string()));
+    for (const auto& e : *arr) {
+      auto s = e.value_exact<std::string>();
+      if (!s) throw Error(fmt::format("{}: notes must be strings", file));
+      p.notes.push_back(*s);
+    }
   try {
     p.graph = parse(read_file(dir + "/graph.ir"));
     verify(p.graph);
   } catch (const Error& e) {
     throw Error(fmt::format("{}/graph.ir: {}", dir, e.what()));
+  }
+  const int64_t last = p.placement.back().last_layer;
+  for (const Op& op : p.graph.ops) {
+    const int64_t L = op.i_or("layer", -2);
+    if (L < -1 || L > last + 1)
+      throw Error(fmt::format("{}/graph.ir: {} has layer {} outside -1..{}", dir, op.describe(), L, last + 1));
   }
   return p;
 }

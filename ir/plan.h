@@ -1,6 +1,7 @@
 // The plan: every decision the compiler made for one model on one rig, as a directory holding plan.toml
-// (decisions, memory, placement: human-readable) and graph.ir (the annotated IR). The runtime reads it and
-// decides nothing the plan already decided.
+// (decisions, memory, placement, the kernel choices and why: human-readable) and graph.ir (the annotated IR:
+// per op its layer, device, formats, kernel variants per range of rows and arena offsets). The runtime reads
+// it and decides nothing the plan already decided. Plan::read validates every field as carefully as a GGUF.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +18,44 @@ struct Placement {
   int64_t last_layer = 0;  // inclusive
 };
 
+// What one device holds, in bytes, as the runtime allocates it (the memory pass lays it out; the CUDA
+// executor allocates exactly these, and a test checks the two agree).
+struct DeviceMemory {
+  std::string device;
+  int64_t weights = 0;      // uploaded weights (Q8_0 repacked, f32 vectors, RoPE tables)
+  int64_t arena = 0;        // activations and op scratch of one step (offsets in graph.ir)
+  int64_t io = 0;           // per-step inputs and outputs (tokens, positions, rows, argmax)
+  int64_t sampling = 0;     // top-k candidate selection buffers
+  int64_t states = 0;       // every slot's recurrent states (conv + GDN) and KV caches
+  int64_t snapshots = 0;    // prefix-cache snapshots of recurrent state at most (the engine's budget)
+  int64_t total = 0;        // the sum of the above
+  int64_t budget = 0;       // what the plan may use of the device
+};
+
 struct MemoryPlan {
   int64_t weight_bytes = 0;
-  int64_t kv_bytes_per_token = 0;
+  int64_t kv_bytes_per_token = 0;        // per sequence, keys and values of every attention layer
   int64_t state_bytes_per_sequence = 0;  // GDN recurrent + conv states
-  int64_t activation_bytes = 0;          // per step at max_batch_tokens
-  int64_t budget_bytes = 0;              // what the device offers the plan
+  int64_t activation_bytes = 0;          // arena of one step at max_batch_tokens
+  int64_t budget_bytes = 0;              // what the smallest device offers the plan
+  int64_t snapshot_bytes = 0;            // one snapshot (a sequence's recurrent state)
+  int64_t snapshots_per_slot = 0;        // prefix-cache snapshots the engine may hold per slot
+  std::vector<DeviceMemory> devices;     // per device of the placement
+};
+
+// One decision of the kernel pass, for `qrig inspect`: ops of one kind and shape, a range of rows, the
+// variants that run and the cost model's reason.
+struct KernelChoice {
+  std::string op;       // op kind
+  std::string shape;    // e.g. "4096->12288", "dims 16/32/128/128"
+  int64_t ops = 0;      // ops of the graph sharing this choice
+  int64_t first_rows = 0, last_rows = 0;
+  std::string variants;  // as in the kernel attribute: parts ',' separated, launches '+' joined
+  std::string reason;
 };
 
 struct Plan {
-  static constexpr int64_t kFormat = 1;
+  static constexpr int64_t kFormat = 2;
   int64_t format = kFormat;
   std::string compiler_version;
   std::string model_path;      // absolute path of the GGUF
@@ -37,20 +66,25 @@ struct Plan {
   std::string backend;         // "cpu" | "cuda"
   std::string arch_target;     // e.g. "sm_90" for cuda; empty for cpu
   int64_t device_sms = 0;      // SMs of the target GPU (kernel tilings and splits are chosen for it); 0 for cpu
-  std::string kernel_family;   // "reference" (cpu), "dp4a" ...
+  std::string kernel_family;   // "reference" (cpu), "dp4a", "dp4a-emulated" (the dp4a family's numerics on the cpu)
+  std::string tuning_source;   // where the kernel pass's measured numbers came from
   int64_t context_length = 0;  // tokens per sequence the plan allows
   int64_t max_sequences = 1;   // sequence slots
   int64_t max_batch_tokens = 0;  // tokens per forward call (prefill chunk)
+  int64_t max_logit_rows = 0;  // output rows (logits) per step
   int64_t gdn_chunk = 64;      // chunk length of chunked GDN
-  int64_t gdn_recurrent_below = 16;  // steps with fewer tokens run the recurrent GDN
+  int64_t gdn_recurrent_below = 16;  // steps with fewer tokens per sequence run the recurrent GDN
   // GPU matmuls over at most this many activation rows quantize them to two int8 planes (~15 bits: decode is
   // bound by the weight bytes, so it costs little); larger ones (prefill) to one plane, llama.cpp's numerics.
   int64_t precise_rows = 0;
-  std::string kv_dtype;        // "f32" | "f16"
+  std::string k_dtype;         // keys in the KV cache: "f32" | "f16"
+  std::string v_dtype;         // values
+  bool decode_graphs = false;  // decode steps run as CUDA graphs (captured once per shape, then replayed)
   int64_t threads = 0;         // cpu threads (0 = all cores)
   int64_t vocab_real = 0;      // tokens that may be sampled
   std::vector<Placement> placement;
   MemoryPlan memory;
+  std::vector<KernelChoice> kernels;
   std::vector<std::string> notes;  // what the passes decided and why, in order
   Graph graph;
 

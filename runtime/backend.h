@@ -60,7 +60,14 @@ class Backend {
   virtual int64_t snapshot_bytes() const = 0;
 };
 
+// How to run a plan, where the plan leaves a choice to the operator (not a decision of the compiler's).
+struct BackendOptions {
+  // CUDA plans: run decode steps as CUDA graphs where the plan says so (decode_graphs); false turns them off
+  // for this run (`--no-cuda-graphs`, to compare or to work around a driver).
+  bool cuda_graphs = true;
+};
+
 // The backend a plan asks for. Throws RuntimeError when this build cannot run it (e.g. no CUDA backend).
-std::unique_ptr<Backend> make_backend(const ir::Plan& plan);
+std::unique_ptr<Backend> make_backend(const ir::Plan& plan, const BackendOptions& opt = {});
 
 }  // namespace qrig::runtime

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/cpu/executor.h"
+#include "runtime/errors.h"
 
 namespace qrig::runtime {
 
@@ -46,7 +46,6 @@ struct Engine::Active {
 // ends of recent prompts. A snapshot stays valid while its tokens are a prefix of `tokens` (the KV entries
 // below its position are then still its own).
 struct Engine::SlotCache {
-  static constexpr size_t kMaxSnapshots = 4;
   struct Snap {
     std::vector<int32_t> tokens;
     std::shared_ptr<Snapshot> state;
@@ -367,12 +366,14 @@ void Engine::run_step() {
     if (!a.in_generation) {
       a.prefilled += batch[k].tokens.size();
       if (!batch[k].want_logits) continue;
-      // Prompt complete: snapshot the recurrent state here for later requests sharing this prompt.
-      // A snapshot is an optimisation: when it cannot be taken (device memory), the request goes on without it.
+      // Prompt complete: snapshot the recurrent state here for later requests sharing this prompt, within the
+      // plan's budget of snapshots per slot (the oldest goes first, before the new one is taken). A snapshot is
+      // an optimisation: when it cannot be taken (device memory), the request goes on without it.
       SlotCache& c = *cache_[(size_t)a.slot];
+      const size_t budget = (size_t)std::max<int64_t>(0, backend_->plan().memory.snapshots_per_slot);
       try {
-        c.snaps.push_back({a.req.prompt, backend_->save(a.slot)});
-        if (c.snaps.size() > SlotCache::kMaxSnapshots) c.snaps.erase(c.snaps.begin());
+        while (!c.snaps.empty() && c.snaps.size() >= budget) c.snaps.erase(c.snaps.begin());
+        if (budget > 0) c.snaps.push_back({a.req.prompt, backend_->save(a.slot)});
       } catch (const std::exception&) {
         c.snaps.clear();  // and free the older ones: memory is short
       }

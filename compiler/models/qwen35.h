@@ -2,6 +2,7 @@
 #pragma once
 
 #include "compiler/hparams.h"
+#include "gguf/gguf.h"
 #include "ir/ir.h"
 
 namespace qrig::compiler {
@@ -9,7 +10,8 @@ namespace qrig::compiler {
 // The whole forward pass over T new tokens of one sequence: inputs %tokens, %pos (absolute positions) and
 // %rows (which rows' logits to produce); per-layer states; output %logits [R, vocab]. The residual stream
 // after layer i carries the attribute tap="hidden.i" (i = 0 embedding, n_layer = final-normed output),
-// matching the reference fixture names.
-ir::Graph lower_qwen35(const Qwen35Params& p);
+// matching the reference fixture names. Every op carries its layer, every matmul the GGUF type of its weight
+// (`file` is read for its tensor table only).
+ir::Graph lower_qwen35(const Qwen35Params& p, const gguf::File& file);
 
 }  // namespace qrig::compiler

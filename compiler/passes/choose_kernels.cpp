@@ -1,28 +1,244 @@
-// Pass: name the kernel variant of every op. CPU plans use the reference ops; CUDA plans name template
-// variants with every parameter spelled out (the name is the cubin cache key).
+// Pass: the kernel variants of a CUDA plan. For every op, per range of rows (a step's tokens, its output rows,
+// or one sequence's tokens for ops on a sequence's state), the variants that run it, chosen by the kernel
+// library's choice functions (kernels/) with the plan's tuning data, written as the op's `kernel` attribute
+// (ir/kernel_attr.h) and, with the cost model's reason, into the plan's kernel table (`qrig inspect`). The
+// greedy argmax and the sampling candidates' kernels are graph attributes. The runtime loads exactly these.
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "compiler/passes/passes.h"
+#include "ir/kernel_attr.h"
+#include "kernels/attention.h"
+#include "kernels/gdn.h"
+#include "kernels/matmul.h"
+#include "kernels/pointwise.h"
+#include "kernels/sampling.h"
 
 namespace qrig::compiler::passes {
 
+namespace {
+
+using kernels::KernelRange;
+using kernels::Variant;
+
+std::vector<std::string> names(const std::vector<Variant>& vs) {
+  std::vector<std::string> out;
+  for (const Variant& v : vs) out.push_back(v.name);
+  return out;
+}
+
+std::vector<ir::LaunchRange> to_ir(const std::vector<KernelRange>& rs) {
+  std::vector<ir::LaunchRange> out;
+  for (const KernelRange& r : rs) {
+    ir::LaunchRange l{r.first, r.last, {}};
+    for (const auto& part : r.parts) l.parts.push_back(names(part));
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+KernelRange all_rows(int64_t max_rows, Variant v, std::string why) { return {1, max_rows, {{std::move(v)}}, std::move(why)}; }
+
+// Two planes up to precise_rows rows, one above: the quantize / rmsnorm_quant / matmul rule.
+template <class F>
+std::vector<KernelRange> by_planes(int64_t precise_rows, int64_t max_rows, F for_planes) {
+  std::vector<KernelRange> out;
+  if (precise_rows > 0)
+    for (auto& r : for_planes(1, std::min(precise_rows, max_rows), 2)) out.push_back(std::move(r));
+  if (max_rows > precise_rows)
+    for (auto& r : for_planes(precise_rows + 1, max_rows, 1)) out.push_back(std::move(r));
+  return out;
+}
+
+std::string planes_reason(int64_t planes) {
+  return planes == 2 ? "two int8 planes (~15 bits): steps of at most precise_rows rows"
+                     : "one int8 plane (llama.cpp's numerics): larger steps";
+}
+
+struct Table {
+  std::map<std::tuple<std::string, std::string, int64_t, int64_t, std::string>, ir::KernelChoice> rows;
+  void add(const std::string& op, const std::string& shape, const KernelRange& r, const ir::LaunchRange& l) {
+    std::string variants = ir::print_launch_ranges({l});
+    variants = variants.substr(variants.find(':') + 1);
+    auto key = std::make_tuple(op, shape, r.first, r.last, variants);
+    auto [it, fresh] = rows.try_emplace(key, ir::KernelChoice{op, shape, 0, r.first, r.last, variants, r.reason});
+    ++it->second.ops;
+  }
+};
+
+}  // namespace
+
 void choose_kernels(CompileContext& cx) {
   ir::Plan& p = cx.plan;
-  if (p.backend == "cuda") {
-    const int64_t asked = cx.options.precise_rows;
-    p.precise_rows = std::min(asked < 0 ? kDefaultPreciseRows : asked, p.max_batch_tokens);
-    p.notes.push_back(
-        p.precise_rows >= p.max_batch_tokens
-            ? "activations: two int8 planes (~15 bits) in every matmul"
-            : fmt::format("activations: two int8 planes (~15 bits) in matmuls of <= {} rows (decode), one (int8, as "
-                          "llama.cpp) above (prefill)",
-                          p.precise_rows));
+  if (p.backend != "cuda") {
+    p.notes.push_back(p.kernel_family == "reference"
+                          ? "kernels: cpu reference ops (fp32, weights dequantized on the fly)"
+                          : "kernels: cpu reference ops with the dp4a family's quantization and fp16 KV");
+    return;
   }
-  for (auto& op : p.graph.ops) op.set("kernel", fmt::format("{}.{}", p.backend == "cpu" ? "cpu" : p.kernel_family, op.kind));
-  p.notes.push_back(p.backend == "cpu" ? "kernels: cpu reference ops (fp32, weights dequantized on the fly)"
-                                       : "kernels: default family (dp4a matmuls, fp32 norms/GDN/attention, fp16 KV); variants chosen for the device's SMs");
+  const int sms = (int)p.device_sms;
+  const kernels::Tuning& tun = cx.tuning;
+  const int64_t max_t = p.max_batch_tokens, max_r = p.max_logit_rows;
+  const int64_t P = p.precise_rows;
+  ir::Graph& g = p.graph;
+  Table table;
+  for (ir::Op& op : g.ops) {
+    const int64_t rows = op.has_result() && !op.types[0].shape.empty() && op.types[0].shape[0] == ir::kRows ? max_r : max_t;
+    const int64_t width = op.has_result() && !op.types[0].shape.empty() ? op.types[0].shape.back() : 0;
+    auto in_width = [&](size_t a) -> int64_t {
+      const ir::Type* t = g.type_of(op.args.at(a));
+      if (!t || t->shape.empty() || t->shape.back() <= 0)
+        throw CompileError(fmt::format("{}: argument %{} has no fixed row length", op.describe(), op.args[a]));
+      return t->shape.back();
+    };
+    std::vector<KernelRange> ranges;
+    std::string shape;
+    try {
+      switch (op.kind) {
+        case ir::OpKind::embed:
+          shape = fmt::format("d {}", width);
+          ranges = {all_rows(rows, kernels::embed_q8_0_variant(width), "the Q8_0 embedding rows, one block per token")};
+          break;
+        case ir::OpKind::rmsnorm:
+          shape = fmt::format("d {}", width);
+          ranges = {all_rows(rows, kernels::rmsnorm_f32_variant(width), "one block per row")};
+          break;
+        case ir::OpKind::rmsnorm_quant:
+          shape = fmt::format("d {}", width);
+          ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+            return std::vector<KernelRange>{{lo, hi, {{kernels::rmsnorm_f32_variant(width, planes)}},
+                                             "normalise and quantize in one kernel, " + planes_reason(planes)}};
+          });
+          break;
+        case ir::OpKind::quantize:
+          shape = fmt::format("d {}", width);
+          ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+            return std::vector<KernelRange>{{lo, hi, {{kernels::quant_act_q8_variant(planes)}}, planes_reason(planes)}};
+          });
+          break;
+        case ir::OpKind::matmul: {
+          if (op.s("format") != "q8_0")
+            throw CompileError(fmt::format("{}: weight {} is {}; the CUDA dp4a family runs Q8_0 matrices (use the CPU "
+                                           "backend for other types)", op.describe(), op.s("weight"), op.s("format")));
+          const int64_t k = in_width(0);
+          shape = fmt::format("{}->{}", k, width);
+          ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+            return kernels::choose_matmul_q8_0(k, width, lo, hi, sms, planes, tun.matmul);
+          });
+          break;
+        }
+        case ir::OpKind::matmul_stack: {
+          const int64_t k = in_width(0);
+          for (const auto& f : op.strs("formats"))
+            if (f != "q8_0") throw CompileError(fmt::format("{}: stacked weights must be Q8_0", op.describe()));
+          shape = fmt::format("{}->", k);
+          for (size_t m = 0; m < op.types.size(); ++m) shape += (m ? "|" : "") + std::to_string(op.types[m].shape.back());
+          // One row: one GEMV over the stacked weights. More: every member's own choice, on the union of their
+          // ranges.
+          ranges.push_back({1, 1, {{kernels::gemv_q8_0_variant(k, P >= 1 ? 2 : 1, tun.matmul)}},
+                            fmt::format("one row: one GEMV over the {} stacked weights, each member's rows to its "
+                                        "own result", op.types.size())});
+          if (rows >= 2) {
+            std::vector<std::vector<KernelRange>> members;
+            std::vector<int64_t> cuts;
+            for (const auto& t : op.types) {
+              members.push_back(by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+                if (std::max<int64_t>(lo, 2) > hi) return std::vector<KernelRange>{};
+                return kernels::choose_matmul_q8_0(k, t.shape.back(), std::max<int64_t>(lo, 2), hi, sms, planes,
+                                                   tun.matmul);
+              }));
+              for (const auto& r : members.back()) cuts.push_back(r.first);
+            }
+            std::sort(cuts.begin(), cuts.end());
+            cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+            for (size_t c = 0; c < cuts.size(); ++c) {
+              const int64_t lo = cuts[c], hi = c + 1 < cuts.size() ? cuts[c + 1] - 1 : rows;
+              KernelRange r{lo, hi, {}, {}};
+              for (const auto& mr : members)
+                for (const auto& x : mr)
+                  if (lo >= x.first && lo <= x.last) {
+                    r.parts.push_back(x.parts[0]);
+                    if (r.reason.empty()) r.reason = "each member's own kernel on its slice of the stack: " + x.reason;
+                  }
+              ranges.push_back(std::move(r));
+            }
+          }
+          break;
+        }
+        case ir::OpKind::add:
+          ranges = {all_rows(rows, kernels::add_f32_variant(), "float4 grid-stride")};
+          break;
+        case ir::OpKind::swiglu:
+          ranges = {all_rows(rows, kernels::swiglu_f32_variant(), "float4 grid-stride")};
+          break;
+        case ir::OpKind::conv1d_silu: {
+          const ir::State* st = g.state(op.s("state"));
+          if (!st || st->type.shape.size() != 2)
+            throw CompileError(fmt::format("{}: no [K-1][C] state", op.describe()));
+          shape = fmt::format("taps {}", st->type.shape[0] + 1);
+          ranges = {all_rows(max_t, kernels::conv1d_silu_f32_variant(st->type.shape[0] + 1), "one thread per channel")};
+          break;
+        }
+        case ir::OpKind::gdn: {
+          const kernels::GdnDims d{op.i("key_heads"), op.i("value_heads"), op.i("key_dim"), op.i("value_dim")};
+          shape = fmt::format("heads {}/{} dims {}/{}", d.Hk, d.Hv, d.dk, d.dv);
+          ranges = kernels::choose_gdn(d, op.i("chunk"), max_t, tun);
+          break;
+        }
+        case ir::OpKind::gated_rmsnorm:
+          shape = fmt::format("head_dim {}", op.i("head_dim"));
+          ranges = {all_rows(rows, kernels::gated_rmsnorm_f32_variant(op.i("head_dim")), "one warp per token and head")};
+          break;
+        case ir::OpKind::head_rmsnorm:
+          shape = fmt::format("head_dim {}", op.i("head_dim"));
+          ranges = {all_rows(rows, kernels::head_rmsnorm_f32_variant(op.i("head_dim")), "one warp per token and head")};
+          break;
+        case ir::OpKind::rope:
+          shape = fmt::format("head_dim {} rotated {}", op.i("head_dim"), op.i("rope_dims"));
+          ranges = {all_rows(rows, kernels::rope_neox_f32_variant(op.i("head_dim"), op.i("rope_dims")),
+                             "one block per token, fp64 angles")};
+          break;
+        case ir::OpKind::kv_write:
+          ranges = {all_rows(max_t, kernels::kv_write_f16_variant(), "fp16 rows appended at the sequence's positions")};
+          break;
+        case ir::OpKind::attention: {
+          const kernels::AttentionDims d{op.i("heads"), op.i("kv_heads"), op.i("head_dim")};
+          shape = fmt::format("heads {}/{} dim {}", d.Hq, d.Hkv, d.hd);
+          // The context is fixed by the memory pass after this one: plan for the most it may allow.
+          const int64_t context = std::max(cx.options.context_length, cx.params.context_length);
+          const kernels::AttentionChoice c = kernels::choose_attention(d, context, std::min(max_t, context), sms, tun);
+          ranges = c.ranges;
+          op.set("split_ctas", std::vector<int64_t>{c.ctas.decode1, c.ctas.decode_n, c.ctas.prefill});
+          break;
+        }
+        case ir::OpKind::gather_rows:
+          break;  // device-to-device copies of the chosen rows, no kernel
+      }
+    } catch (const kernels::KernelError& e) {
+      throw CompileError(fmt::format("{}: {}", op.describe(), e.what()));
+    }
+    if (ranges.empty()) continue;
+    const auto launch = to_ir(ranges);
+    op.set("kernel", ir::print_launch_ranges(launch));
+    for (size_t i = 0; i < ranges.size(); ++i) table.add(ir::op_name(op.kind), shape, ranges[i], launch[i]);
+  }
+  // What runs on the output rows: the greedy argmax and the sampling candidates (chunk select, then merge).
+  g.set_attr("argmax_kernel", kernels::argmax_f32_variant().name);
+  g.set_attr("top_k_kernels", names(kernels::top_k_variants()));
+  p.kernels.clear();
+  for (auto& [key, row] : table.rows) p.kernels.push_back(row);
+  std::sort(p.kernels.begin(), p.kernels.end(), [](const ir::KernelChoice& a, const ir::KernelChoice& b) {
+    return std::tie(a.op, a.shape, a.first_rows) < std::tie(b.op, b.shape, b.first_rows);
+  });
+  p.decode_graphs = cx.options.decode_graphs;
+  p.notes.push_back(fmt::format("kernels: default family (dp4a matmuls, fp32 norms/GDN/attention, fp16 KV) for {} SMs; "
+                                "{} distinct choices (qrig inspect lists them with their reasons)",
+                                sms, p.kernels.size()));
+  p.notes.push_back(p.decode_graphs ? "decode: steps of one token per sequence run as CUDA graphs"
+                                    : "decode: CUDA graphs off (by request): every step launches kernel by kernel");
 }
 
 }  // namespace qrig::compiler::passes

@@ -6,11 +6,14 @@
 
 namespace qrig::compiler::passes {
 
-void select_backend(CompileContext& cx);   // cpu or cuda, kernel family, arch target
-void place_layers(CompileContext& cx);     // layer ranges per device
-void choose_kv_format(CompileContext& cx); // KV cache dtype
-void schedule_gdn(CompileContext& cx);     // chunk length, recurrent threshold
-void plan_memory(CompileContext& cx);      // bytes per part, context length that fits
-void choose_kernels(CompileContext& cx);   // kernel variant name per op
+void select_backend(CompileContext& cx);          // cpu or cuda, kernel family, arch target, tuning data
+void place_layers(CompileContext& cx);            // layer ranges per device; every op's device
+void choose_kv_format(CompileContext& cx);        // key and value cache element types
+void schedule_gdn(CompileContext& cx);            // chunk length, recurrent threshold
+void quantize_matmul_inputs(CompileContext& cx);  // dp4a: explicit quantize ops, two-plane rule (precise_rows)
+void fuse_norm_quant(CompileContext& cx);         // rmsnorm + quantize -> rmsnorm_quant
+void stack_matmuls(CompileContext& cx);           // matmuls on one input -> matmul_stack
+void choose_kernels(CompileContext& cx);          // CUDA: kernel variants per op and range of rows, and why
+void plan_memory(CompileContext& cx);             // bytes per device, arena offsets, context length that fits
 
 }  // namespace qrig::compiler::passes

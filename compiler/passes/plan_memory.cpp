@@ -1,30 +1,165 @@
-// Pass: static memory plan. Sums weight bytes, per-token KV bytes, per-sequence GDN/conv state and the
-// activations of one step, then sets the context length that fits the smallest device's budget.
+// Pass: the static memory plan, per device. Weights (as the backend holds them), every slot's states (conv and
+// GDN states, key and value caches at the context length), the activation arena of one step (on CUDA plans
+// every result and every op scratch gets an offset by liveness: two share bytes only when their lifetimes do
+// not overlap; written as the ops' `at` and `scratch` attributes), the per-step inputs and outputs, the
+// sampling buffers and the prefix cache's snapshot budget. Then the context length that fits every device's
+// budget. The CUDA executor allocates exactly this (runtime/cuda/layout.h; a test compares the two).
 #include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
 
 #include "compiler/passes/passes.h"
+#include "ir/kernel_attr.h"
+#include "kernels/attention.h"
+#include "kernels/gdn.h"
+#include "kernels/sampling.h"
 
 namespace qrig::compiler::passes {
 
 namespace {
-int64_t dtype_bytes(ir::DType d) { return d == ir::DType::f16 ? 2 : 4; }
+
+constexpr int64_t kAlign = 256;
+constexpr int64_t kSnapshotsPerSlot = 4;    // prefix-cache snapshots of recurrent state per slot
+constexpr int64_t kTopKAdjustPerRow = 8192;  // bias + penalty entries a row may carry on the GPU's sampling path
+
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+bool is_mtp_tensor(const std::string& name, const Qwen35Params& hp) {
+  for (int64_t L = hp.n_layer; L < hp.n_layer + hp.n_mtp; ++L)
+    if (name.rfind(fmt::format("blk.{}.", L), 0) == 0) return true;
+  return false;
+}
+
+// Bytes of one device-resident weight as the CUDA executor uploads it: Q8_0 matrices repacked (int8 values +
+// fp16 scales: the file's bytes), f32 vectors as they are.
+int64_t cuda_weight_bytes(const gguf::TensorInfo& t) {
+  if (t.type == gguf::TensorType::Q8_0 && t.ne.size() == 2) {
+    const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
+    return rows * cols + rows * (cols / 32) * 2;
+  }
+  return (int64_t)t.n_elements * 4;
+}
+
+// Bytes of a result value in the arena at `rows` rows: f32 rows, or the planes and scales of a q8 value.
+int64_t value_bytes(const ir::Type& t, int64_t rows, int64_t precise_rows) {
+  const int64_t w = t.shape.back();
+  if (t.dtype != ir::DType::q8) return align_up(rows * w * 4, kAlign);
+  int64_t b = align_up(rows * w, kAlign) + align_up(rows * (w / 32) * 4, kAlign);
+  if (precise_rows > 0) b += align_up(std::min(rows, precise_rows) * w, kAlign);
+  return b;
+}
+
+struct DeviceParts {
+  ir::DeviceMemory mem;
+  int64_t rec_floats = 0;          // per slot (CUDA: each state 64-float aligned)
+  int64_t kv_bytes_per_token = 0;  // per slot
+  int64_t state_bytes = 0;         // per slot, non-positional
+};
+
+// Lays out the activations of the ops on `device`: best-fit reuse of regions freed before an op; writes `at`
+// (and `scratch`) on the ops. Returns the arena bytes.
+int64_t layout_arena(ir::Plan& p, const std::string& device, int64_t context) {
+  ir::Graph& g = p.graph;
+  const int64_t max_t = p.max_batch_tokens, max_r = p.max_logit_rows;
+  std::map<std::string, int64_t> last_use;
+  for (size_t i = 0; i < g.ops.size(); ++i)
+    for (const auto& a : g.ops[i].args) last_use[a] = (int64_t)i;
+  for (const auto& o : g.outputs) last_use[o] = (int64_t)g.ops.size();
+  struct Region {
+    int64_t offset, bytes, free_after;
+  };
+  std::vector<Region> regions;
+  int64_t arena = 0;
+  auto place = [&](int64_t need, int64_t op_index, int64_t until) {
+    Region* best = nullptr;
+    for (auto& r : regions)
+      if (r.free_after < op_index && r.bytes >= need && (!best || r.bytes < best->bytes)) best = &r;
+    if (!best) {
+      regions.push_back({arena, need, -1});
+      arena += need;
+      best = &regions.back();
+    }
+    best->free_after = std::max(until, op_index);
+    return best->offset;
+  };
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    ir::Op& op = g.ops[i];
+    if (op.s("device") != device) continue;
+    // Scratch first: it is live during this op only, like its arguments.
+    int64_t scratch = 0;
+    if (op.kind == ir::OpKind::rmsnorm_quant) {
+      scratch = align_up(max_t * op.types[0].shape.back() * 4, kAlign);
+    } else if (op.kind == ir::OpKind::gdn && op.has("kernel")) {
+      const kernels::GdnDims d{op.i("key_heads"), op.i("value_heads"), op.i("key_dim"), op.i("value_dim")};
+      for (const auto& r : ir::parse_launch_ranges(op.s("kernel")))
+        if (r.parts[0].size() == 2) scratch = align_up(kernels::gdn_workspace_bytes(d, op.i("chunk"), max_t), kAlign);
+    } else if (op.kind == ir::OpKind::attention && op.has("split_ctas")) {
+      const kernels::AttentionDims d{op.i("heads"), op.i("kv_heads"), op.i("head_dim")};
+      const auto& c = op.ints("split_ctas");
+      scratch = align_up(
+          kernels::attention_workspace_bytes(d, {c.at(0), c.at(1), c.at(2)}, context, std::min(max_t, context)), kAlign);
+    }
+    if (scratch > 0) op.set("scratch", std::vector<int64_t>{place(scratch, (int64_t)i, (int64_t)i), scratch});
+    std::vector<int64_t> at;
+    for (size_t k = 0; k < op.results.size(); ++k) {
+      const ir::Type& t = op.types[k];
+      const int64_t rows = t.shape[0] == ir::kRows ? max_r : max_t;
+      const auto it = last_use.find(op.results[k]);
+      at.push_back(place(value_bytes(t, rows, p.precise_rows), (int64_t)i, it == last_use.end() ? (int64_t)i : it->second));
+    }
+    if (!at.empty()) op.set("at", at);
+  }
+  return std::max<int64_t>(arena, kAlign);
+}
+
 }  // namespace
 
 void plan_memory(CompileContext& cx) {
   ir::Plan& p = cx.plan;
   ir::MemoryPlan& m = p.memory;
   const auto& hp = cx.params;
+  const bool cuda = p.backend == "cuda";
+  const int64_t slots = p.max_sequences;
+
+  // Per device of the placement: its weights and the states of its layers.
+  std::map<std::string, DeviceParts> parts;
+  std::vector<std::string> order;
+  for (const auto& pl : p.placement)
+    if (!parts.count(pl.device)) {
+      order.push_back(pl.device);
+      parts[pl.device].mem.device = pl.device;
+    }
+  std::map<std::string, std::string> state_device;  // state -> the device of the ops using it
   m.weight_bytes = 0;
-  for (const auto& t : cx.file.tensors()) {
-    // Weights of the MTP block are not loaded until speculative decoding uses them.
-    bool mtp = false;
-    for (int64_t L = hp.n_layer; L < hp.n_layer + hp.n_mtp; ++L)
-      mtp |= t.name.rfind(fmt::format("blk.{}.", L), 0) == 0;
-    if (!mtp) m.weight_bytes += (int64_t)t.n_bytes;
+  std::map<std::string, bool> counted;
+  for (const ir::Op& op : p.graph.ops) {
+    DeviceParts& d = parts.at(op.s("device"));
+    for (const char* key : {"state", "k_cache", "v_cache"})
+      if (op.has(key)) state_device[op.s(key)] = op.s("device");
+    std::vector<std::string> ws;
+    for (const char* key : {"weight", "ssm_a", "dt_bias"})
+      if (op.has(key)) ws.push_back(op.s(key));
+    if (op.has("weights"))
+      for (const auto& w : op.strs("weights")) ws.push_back(w);
+    for (const auto& w : ws) {
+      if (counted[op.s("device") + "/" + w]) continue;
+      counted[op.s("device") + "/" + w] = true;
+      const gguf::TensorInfo* t = cx.file.find_tensor(w);
+      if (!t) throw CompileError(fmt::format("{}: tensor '{}' is missing", op.describe(), w));
+      const int64_t b = cuda ? cuda_weight_bytes(*t) : (int64_t)t->n_bytes;
+      d.mem.weights += b;
+    }
+    if (cuda && op.kind == ir::OpKind::rope) d.mem.weights += op.i("rope_dims") / 2 * 8;  // inv_freq (f64)
   }
+  if (!cuda) {
+    // The CPU maps the file: every tensor of the main model is resident (the MTP block is kept aside).
+    parts.at(order[0]).mem.weights = 0;
+    for (const auto& t : cx.file.tensors())
+      if (!is_mtp_tensor(t.name, hp)) parts.at(order[0]).mem.weights += (int64_t)t.n_bytes;
+  }
+  for (const auto& dev : order) m.weight_bytes += parts.at(dev).mem.weights;
+
   m.kv_bytes_per_token = 0;
   m.state_bytes_per_sequence = 0;
   for (const auto& st : p.graph.states) {
@@ -34,72 +169,105 @@ void plan_memory(CompileContext& cx) {
       if (d == ir::kContext) per_token = true;
       else elems *= d;
     }
-    if (per_token) m.kv_bytes_per_token += elems * dtype_bytes(st.type.dtype);
-    else m.state_bytes_per_sequence += elems * dtype_bytes(st.type.dtype);
-  }
-  p.max_batch_tokens = std::max<int64_t>(1, cx.options.max_batch_tokens);
-  p.max_sequences = std::max<int64_t>(1, cx.options.max_sequences);
-  // Activations of one step at max_batch_tokens. The CPU reference executor keeps every value of a step; a
-  // GPU runtime reuses buffers, so it needs the peak of the values alive at once (defined, not yet last used).
-  auto bytes_of = [&](const ir::Op& op) {
-    int64_t e = 1;
-    for (int64_t d : op.type.shape) e *= d < 0 ? p.max_batch_tokens : d;
-    return e * 4;
-  };
-  const auto& ops = p.graph.ops;
-  std::map<std::string, size_t> last_use;
-  for (size_t k = 0; k < ops.size(); ++k)
-    for (const auto& a : ops[k].args) last_use[a] = k;
-  for (const auto& o : p.graph.outputs) last_use[o] = ops.size();
-  int64_t act = 0, live = 0, peak = 0;
-  for (size_t k = 0; k < ops.size(); ++k) {
-    if (!ops[k].result.empty()) {
-      act += bytes_of(ops[k]);
-      live += bytes_of(ops[k]);
+    auto it = state_device.find(st.name);
+    DeviceParts& d = parts.at(it == state_device.end() ? order[0] : it->second);
+    // The CPU keeps every state in f32 (fp16 ones rounded to fp16 values); CUDA stores fp16 caches as fp16.
+    const int64_t elem_bytes = cuda && st.type.dtype == ir::DType::f16 ? 2 : 4;
+    if (per_token) {
+      d.kv_bytes_per_token += elems * elem_bytes;
+      m.kv_bytes_per_token += elems * elem_bytes;
+    } else {
+      const int64_t floats = cuda ? align_up(elems, 64) : elems;
+      d.rec_floats += floats;
+      d.state_bytes += floats * 4;
+      m.state_bytes_per_sequence += elems * 4;
     }
-    peak = std::max(peak, live);
-    for (size_t j = 0; j <= k; ++j)  // free what op k used for the last time
-      if (!ops[j].result.empty() && last_use.count(ops[j].result) && last_use[ops[j].result] == k) live -= bytes_of(ops[j]);
   }
-  if (p.backend != "cpu") act = peak;
-  m.activation_bytes = act;
+  m.snapshots_per_slot = kSnapshotsPerSlot;
+  m.snapshot_bytes = 0;
+  for (const auto& dev : order) m.snapshot_bytes += parts.at(dev).state_bytes;
 
+  // Budgets: the smallest device of the backend's kind.
   double gib = 1e300;
   int n_dev = 0;
   for (const auto& d : cx.rig.devices)
     if ((p.backend == "cpu") == (d.kind == "cpu")) { gib = std::min(gib, d.memory_gib); ++n_dev; }
   if (n_dev == 0) throw CompileError("rig has no device for the chosen backend");
   m.budget_bytes = (int64_t)(gib * 1024 * 1024 * 1024);
-  // With a pipeline, each device holds its share of weights and of per-layer state; plan with the share of
-  // the device with the most layers (conservative).
-  double share = 1.0;
-  if (p.placement.size() > 1) {
-    int64_t most = 0;
-    for (const auto& pl : p.placement) most = std::max(most, pl.last_layer - pl.first_layer + 1);
-    share = (double)most / (double)hp.n_layer;
+
+  // Everything but the KV caches, per device, for a context length (the attention scratch grows with it).
+  const int64_t max_t = p.max_batch_tokens, max_r = p.max_logit_rows;
+  auto fixed_parts = [&](int64_t context) {
+    for (const auto& dev : order) {
+      DeviceParts& d = parts.at(dev);
+      d.mem.budget = m.budget_bytes;
+      d.mem.states = slots * d.state_bytes;
+      d.mem.snapshots = slots * m.snapshots_per_slot * d.state_bytes;
+      if (cuda) {
+        d.mem.arena = layout_arena(p, dev, context);
+        d.mem.io = 2 * max_t * 4 + 2 * max_r * 4;  // tokens, positions; output rows, argmax
+        d.mem.sampling = 0;
+      } else {
+        // The CPU reference keeps every value of a step.
+        int64_t act = 0;
+        for (const auto& op : p.graph.ops)
+          for (const auto& t : op.types) {
+            int64_t e = 1;
+            for (int64_t x : t.shape) e *= x < 0 ? max_t : x;
+            act += e * 4;
+          }
+        d.mem.arena = act;
+      }
+    }
+    if (cuda) {
+      DeviceParts& last = parts.at(order.back());
+      const int64_t vocab_rows = hp.vocab;
+      last.mem.sampling =
+          kernels::top_k_buffers(std::min(p.vocab_real, vocab_rows), std::min(max_r, slots), kTopKAdjustPerRow).total();
+    }
+  };
+  fixed_parts(std::max<int64_t>(1, hp.context_length));
+  int64_t fits = INT64_MAX;
+  for (const auto& dev : order) {
+    const DeviceParts& d = parts.at(dev);
+    const int64_t fixed = d.mem.weights + d.mem.arena + d.mem.io + d.mem.sampling + d.mem.states + d.mem.snapshots;
+    const int64_t free_bytes = d.mem.budget - fixed;
+    const int64_t per_token = std::max<int64_t>(1, d.kv_bytes_per_token * slots);
+    if (free_bytes <= per_token * 256)
+      throw CompileError(fmt::format("the model does not fit: on {} weights {:.2f} GiB + state, activations and buffers "
+                                     "need {:.2f} GiB of a {:.2f} GiB budget", dev, (double)d.mem.weights / (1 << 30),
+                                     (double)fixed / (1 << 30), (double)d.mem.budget / (1 << 30)));
+    fits = std::min(fits, free_bytes / per_token);
   }
-  const int64_t fixed = (int64_t)((double)m.weight_bytes * share) + m.activation_bytes +
-                        (int64_t)((double)m.state_bytes_per_sequence * share) * p.max_sequences;
-  const int64_t free_bytes = m.budget_bytes - fixed;
-  const int64_t per_token = std::max<int64_t>(1, (int64_t)((double)m.kv_bytes_per_token * share) * p.max_sequences);
-  if (free_bytes <= per_token * 256)
-    throw CompileError(fmt::format("the model does not fit: weights {:.2f} GiB + state + activations need {:.2f} GiB of "
-                                   "a {:.2f} GiB budget per device", (double)m.weight_bytes * share / (1 << 30),
-                                   (double)fixed / (1 << 30), gib));
-  const int64_t fits = free_bytes / per_token;
   int64_t ctx = std::min<int64_t>(fits, hp.context_length);
   if (cx.options.context_length > 0) {
     if (cx.options.context_length > fits)
       throw CompileError(fmt::format("context length {} x {} sequences does not fit: at most {} tokens per sequence",
-                                     cx.options.context_length, p.max_sequences, fits));
+                                     cx.options.context_length, slots, fits));
     ctx = cx.options.context_length;
   }
   p.context_length = ctx;
+  fixed_parts(ctx);
+  m.activation_bytes = 0;
+  m.devices.clear();
+  for (const auto& dev : order) {
+    DeviceParts& d = parts.at(dev);
+    d.mem.states += slots * d.kv_bytes_per_token * ctx;
+    d.mem.total = d.mem.weights + d.mem.arena + d.mem.io + d.mem.sampling + d.mem.states + d.mem.snapshots;
+    if (d.mem.total > d.mem.budget)
+      throw CompileError(fmt::format("the plan needs {:.2f} GiB on {}, more than its {:.2f} GiB budget",
+                                     (double)d.mem.total / (1 << 30), dev, (double)d.mem.budget / (1 << 30)));
+    m.activation_bytes = std::max(m.activation_bytes, d.mem.arena);
+    m.devices.push_back(d.mem);
+  }
+  if (cuda) p.graph.set_attr("top_k_adjust_per_row", kTopKAdjustPerRow);
   p.notes.push_back(fmt::format("memory: weights {:.1f} MiB, kv {} B/token, state {:.1f} MiB/sequence, activations "
-                                "{:.1f} MiB; context {} tokens x {} sequences (model max {}, fits {})",
+                                "{:.1f} MiB, snapshots {} x {:.1f} MiB per slot; context {} tokens x {} sequences "
+                                "(model max {}, fits {})",
                                 (double)m.weight_bytes / (1 << 20), m.kv_bytes_per_token,
                                 (double)m.state_bytes_per_sequence / (1 << 20), (double)m.activation_bytes / (1 << 20),
-                                ctx, p.max_sequences, hp.context_length, fits));
+                                m.snapshots_per_slot, (double)m.snapshot_bytes / (1 << 20), ctx, slots,
+                                hp.context_length, fits));
 }
 
 }  // namespace qrig::compiler::passes

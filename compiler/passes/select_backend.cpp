@@ -1,5 +1,8 @@
 // Pass: choose the backend and kernel family from the rig. Tensor-core families are never chosen for a rig
-// whose probe says tensor cores are throttled; the default CUDA family uses DP4A and HFMA2/FP32 only.
+// whose probe says tensor cores are throttled; the default CUDA family uses DP4A and HFMA2/FP32 only. The
+// CPU runs the reference family (fp32 throughout) or, asked to, the dp4a family's numerics (int8 matmul
+// inputs, fp16 keys and values: "dp4a-emulated"), which shows how much of a GPU difference is the family's
+// arithmetic rather than a kernel. Also fixes the tuning data the kernel choices model the GPU with.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -10,12 +13,21 @@ namespace qrig::compiler::passes {
 
 void select_backend(CompileContext& cx) {
   ir::Plan& p = cx.plan;
-  if (cx.options.force_backend == "cpu" || !cx.rig.has_cuda()) {
+  const bool emulate = cx.options.family == "dp4a-emulated";
+  if (!cx.options.family.empty() && !emulate)
+    throw CompileError(fmt::format("unknown kernel family '{}' (dp4a-emulated runs the dp4a numerics on the cpu)",
+                                   cx.options.family));
+  if (cx.options.force_backend == "cpu" || !cx.rig.has_cuda() || emulate) {
+    if (emulate && cx.options.force_backend == "cuda")
+      throw CompileError("the dp4a-emulated family runs on the cpu backend");
     p.backend = "cpu";
-    p.kernel_family = "reference";
+    p.kernel_family = emulate ? "dp4a-emulated" : "reference";
     p.arch_target.clear();
-    p.notes.push_back(cx.rig.has_cuda() ? "backend: cpu (forced by --backend cpu)"
-                                        : "backend: cpu (the rig has no CUDA device)");
+    p.notes.push_back(emulate ? "backend: cpu running the dp4a family's numerics (int8 matmul inputs, fp16 keys and "
+                                "values), to compare with a GPU"
+                      : cx.rig.has_cuda() ? "backend: cpu (forced by --backend cpu)"
+                                          : "backend: cpu (the rig has no CUDA device)");
+    cx.tuning = kernels::default_tuning(90);
     return;
   }
   if (!cx.options.force_backend.empty() && cx.options.force_backend != "cuda")
@@ -32,12 +44,17 @@ void select_backend(CompileContext& cx) {
   p.device_sms = first->sms;
   for (const auto& d : cx.rig.devices)
     if (d.kind == "cuda" && d.sms > 0) p.device_sms = std::min<int64_t>(p.device_sms > 0 ? p.device_sms : d.sms, d.sms);
+  if (p.device_sms <= 0) throw CompileError(fmt::format("rig '{}': the CUDA devices need sms > 0", cx.rig.name));
   p.kernel_family = "dp4a";
   bool throttled = false;
   for (const auto& d : cx.rig.devices) throttled |= d.kind == "cuda" && d.tensor_cores_throttled;
+  const int sm = std::stoi(p.arch_target.substr(3));
+  cx.tuning = cx.rig.tuning_for(sm);
+  p.tuning_source = cx.tuning.source;
   p.notes.push_back(fmt::format("backend: cuda {} ({}), kernel family dp4a (DP4A + HFMA2/FP32, no tensor cores){}",
                                 p.arch_target, first->name,
                                 throttled ? "; the rig reports throttled tensor cores" : ""));
+  p.notes.push_back("tuning: " + cx.tuning.source);
 }
 
 }  // namespace qrig::compiler::passes

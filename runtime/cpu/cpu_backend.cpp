@@ -1,11 +1,10 @@
 // Backend implementation over the CPU reference executor: one CpuSequence per slot, steps run slot by slot.
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "runtime/backend.h"
 #include "runtime/cpu/executor.h"
-#ifdef QRIG_HAVE_CUDA
-#include "runtime/cuda/executor.h"
-#endif
 
 namespace qrig::runtime {
 
@@ -18,6 +17,16 @@ struct CpuSnapshot : Snapshot {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const ir::Plan& plan) : ex_(plan, open_plan_model(plan)) {
+    // Every slot's states are allocated up front: refuse a plan whose states cannot fit this machine's memory
+    // rather than let the allocations run until the process is killed.
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const double ram = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    const double need = (double)ex_.sequence_bytes() * (double)plan.max_sequences;
+    if (ram > 0 && need > ram)
+      throw RuntimeError(fmt::format("the plan's states need {:.1f} GiB ({} sequences x {:.1f} MiB) but this machine "
+                                     "has {:.1f} GiB: recompile with a smaller --ctx or --parallel",
+                                     need / (1 << 30), plan.max_sequences, (double)ex_.sequence_bytes() / (1 << 20),
+                                     ram / (1 << 30)));
     for (int64_t s = 0; s < plan.max_sequences; ++s) seqs_.push_back(ex_.new_sequence());
     for (const auto& st : plan.graph.states) {
       bool positional = false;
@@ -90,13 +99,6 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const ir::Plan& plan) {
-  if (plan.backend == "cpu") return std::make_unique<CpuBackend>(plan);
-#ifdef QRIG_HAVE_CUDA
-  if (plan.backend == "cuda") return make_cuda_backend(plan);
-#endif
-  throw RuntimeError(fmt::format("this build of qrig has no '{}' backend (the plan targets {} {}); compile the "
-                                 "plan with --backend cpu", plan.backend, plan.backend, plan.arch_target));
-}
+std::unique_ptr<Backend> make_cpu_backend(const ir::Plan& plan) { return std::make_unique<CpuBackend>(plan); }
 
 }  // namespace qrig::runtime

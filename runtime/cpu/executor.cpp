@@ -1,9 +1,11 @@
-// CpuExecutor: binds the plan's graph to weights and op functions once, then interprets it per call.
+// CpuExecutor: binds the plan's graph to weights once (the bind table, one row per op kind), then interprets it
+// per call (the run table). A new op kind is a row in each (tests/runtime/test_op_tables.cpp checks both are
+// complete).
 #include "runtime/cpu/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -16,25 +18,19 @@ void CpuSequence::reset() {
   n_past = 0;
 }
 
-// One bound op: argument/result value slots, weights resolved to pointers.
 struct CpuExecutor::Step {
-  const ir::Op* op;
-  std::string kind;
-  int64_t result = -1;              // value slot
-  std::vector<int64_t> args;        // value slots; inputs are slots 0 (tokens), 1 (pos), 2 (rows)
-  int64_t width = 0;                // result columns (last dim)
-  bool rows_result = false;         // result has R rows instead of T
-  cpu::Matrix w{};                  // matmul / embed
-  const float* vec = nullptr;       // norm weights, conv weight
-  const float* vec2 = nullptr;      // gdn dt_bias
-  const float* vec3 = nullptr;      // gdn ssm_a
-  int64_t state = -1;               // state index
-  std::string tap;
+  const BoundOp* b = nullptr;
+  std::vector<cpu::Matrix> w;  // embed, matmul: one; matmul_stack: one per weight
+  const float* vec = nullptr;  // norm weight, conv weight
+  const float* ssm_a = nullptr;
+  const float* dt_bias = nullptr;
+  int64_t taps = 0;            // conv1d_silu
 };
 
 namespace {
 
-constexpr int64_t kTokensSlot = 0, kPosSlot = 1, kRowsSlot = 2;
+using ir::OpKind;
+using Step = CpuExecutor::Step;
 
 const gguf::TensorInfo& need_tensor(const gguf::File& f, const std::string& name, const ir::Op& op) {
   const gguf::TensorInfo* t = f.find_tensor(name);
@@ -50,14 +46,221 @@ const float* f32_vector(const gguf::File& f, const std::string& name, const ir::
   return reinterpret_cast<const float*>(f.tensor_data(t));
 }
 
+cpu::Matrix matrix(const gguf::File& f, const std::string& name, const ir::Op& op, int64_t in, int64_t out) {
+  const gguf::TensorInfo& t = need_tensor(f, name, op);
+  if (t.ne.size() != 2 || !gguf::can_dequantize(t.type))
+    throw RuntimeError(fmt::format("{}: weight '{}' ({} {}) is not a supported matrix", op.describe(), t.name,
+                                   gguf::tensor_type_name(t.type), t.shape_string()));
+  cpu::Matrix m{t.type, f.tensor_data(t), (int64_t)t.ne[0], (int64_t)t.ne[1]};
+  if (m.in != in || m.out != out)
+    throw RuntimeError(fmt::format("{}: weight '{}' {} does not map {} to {} values", op.describe(), t.name,
+                                   t.shape_string(), in, out));
+  return m;
+}
+
+// ---- bind table: weights per op kind ----------------------------------------------------------------------
+
+struct BindCx {
+  const gguf::File& f;
+  const BoundGraph& g;
+  int64_t& vocab_rows;
+};
+using BindFn = void (*)(const BindCx&, Step&);
+
+void bind_none(const BindCx&, Step&) {}
+void bind_embed(const BindCx& c, Step& s) {
+  const ir::Op& op = *s.b->op;
+  const gguf::TensorInfo& t = need_tensor(c.f, op.s("weight"), op);
+  const int64_t width = c.g.width(s.b->results[0]);
+  s.w = {matrix(c.f, op.s("weight"), op, width, t.ne.size() == 2 ? (int64_t)t.ne[1] : 0)};
+  c.vocab_rows = s.w[0].out;
+}
+void bind_norm(const BindCx& c, Step& s) {
+  s.vec = f32_vector(c.f, s.b->op->s("weight"), *s.b->op, c.g.width(s.b->results[0]));
+}
+void bind_head_norm(const BindCx& c, Step& s) {
+  s.vec = f32_vector(c.f, s.b->op->s("weight"), *s.b->op, s.b->op->i("head_dim"));
+}
+void bind_matmul(const BindCx& c, Step& s) {
+  const ir::Op& op = *s.b->op;
+  s.w = {matrix(c.f, op.s("weight"), op, c.g.width(s.b->args[0]), c.g.width(s.b->results[0]))};
+  if (c.g.values[(size_t)s.b->results[0]].name == "logits") c.vocab_rows = s.w[0].out;
+}
+void bind_matmul_stack(const BindCx& c, Step& s) {
+  const ir::Op& op = *s.b->op;
+  const auto& ws = op.strs("weights");
+  for (size_t k = 0; k < ws.size(); ++k)
+    s.w.push_back(matrix(c.f, ws[k], op, c.g.width(s.b->args[0]), c.g.width(s.b->results[k])));
+}
+void bind_conv(const BindCx& c, Step& s) {
+  const BoundState& st = c.g.states.at((size_t)s.b->state);
+  if (st.shape.size() != 2) throw RuntimeError(s.b->op->describe() + ": the conv state must be [K-1, C]");
+  s.taps = st.shape[0] + 1;
+  s.vec = f32_vector(c.f, s.b->op->s("weight"), *s.b->op, s.taps * c.g.width(s.b->results[0]));
+}
+void bind_gdn(const BindCx& c, Step& s) {
+  const ir::Op& op = *s.b->op;
+  s.ssm_a = f32_vector(c.f, op.s("ssm_a"), op, op.i("value_heads"));
+  s.dt_bias = f32_vector(c.f, op.s("dt_bias"), op, op.i("value_heads"));
+}
+
+constexpr std::array<BindFn, ir::kOpKindCount> kBind = [] {
+  std::array<BindFn, ir::kOpKindCount> t{};
+  t[(size_t)OpKind::embed] = bind_embed;
+  t[(size_t)OpKind::rmsnorm] = bind_norm;
+  t[(size_t)OpKind::rmsnorm_quant] = bind_norm;
+  t[(size_t)OpKind::quantize] = bind_none;
+  t[(size_t)OpKind::matmul] = bind_matmul;
+  t[(size_t)OpKind::matmul_stack] = bind_matmul_stack;
+  t[(size_t)OpKind::add] = bind_none;
+  t[(size_t)OpKind::swiglu] = bind_none;
+  t[(size_t)OpKind::conv1d_silu] = bind_conv;
+  t[(size_t)OpKind::gdn] = bind_gdn;
+  t[(size_t)OpKind::gated_rmsnorm] = bind_head_norm;
+  t[(size_t)OpKind::head_rmsnorm] = bind_head_norm;
+  t[(size_t)OpKind::rope] = bind_none;
+  t[(size_t)OpKind::kv_write] = bind_none;
+  t[(size_t)OpKind::attention] = bind_none;
+  t[(size_t)OpKind::gather_rows] = bind_none;
+  return t;
+}();
+
+// ---- run table ------------------------------------------------------------------------------------------
+
+struct RunCx {
+  const BoundGraph& g;
+  std::vector<std::vector<float>>& vals;
+  CpuSequence& seq;
+  const std::vector<int32_t>& tokens;
+  const std::vector<int32_t>& pos;
+  const std::vector<int32_t>& rows;
+  int64_t T, R;
+  float* val(int id) const { return vals[(size_t)id].data(); }
+  int64_t n(const Step& s) const { return s.b->rows ? R : T; }
+  float* out(const Step& s, size_t k = 0) const { return val(s.b->results[k]); }
+  float* in(const Step& s, size_t a) const { return val(s.b->args[a]); }
+  float* state(int i) const { return seq.buffers[(size_t)i].data(); }
+};
+using RunFn = void (*)(const RunCx&, const Step&);
+
+// The dp4a family's matmul input, as the matmul sees it: int8 per 32 values (cpu::quantize_q8_activation), with
+// the second plane in steps of at most precise_rows rows, dequantized back to f32.
+void quantize_rows(const float* x, int64_t rows, int64_t width, int64_t precise_rows, float* out) {
+  const int64_t n = rows * width;
+  const bool two = rows <= precise_rows;
+  std::vector<int8_t> q((size_t)n), q2(two ? (size_t)n : 0);
+  std::vector<float> d((size_t)(n / 32));
+  cpu::quantize_q8_activation(x, n, q.data(), d.data(), two ? q2.data() : nullptr);
+  for (int64_t i = 0; i < n; ++i) {
+    const float db = d[(size_t)(i / 32)];
+    out[i] = two ? db * std::fma((float)q2[(size_t)i], 1.0f / 254.0f, (float)q[(size_t)i]) : (float)q[(size_t)i] * db;
+  }
+}
+
+void run_embed(const RunCx& c, const Step& s) { cpu::embed(s.w[0], c.tokens.data(), c.T, c.out(s)); }
+void run_rmsnorm(const RunCx& c, const Step& s) {
+  cpu::rmsnorm(c.in(s, 0), s.vec, c.n(s), c.g.width(s.b->results[0]), (float)s.b->op->f("eps"), c.out(s));
+}
+void run_rmsnorm_quant(const RunCx& c, const Step& s) {
+  const int64_t w = c.g.width(s.b->results[0]);
+  std::vector<float> normed((size_t)(c.n(s) * w));
+  cpu::rmsnorm(c.in(s, 0), s.vec, c.n(s), w, (float)s.b->op->f("eps"), normed.data());
+  quantize_rows(normed.data(), c.n(s), w, s.b->op->i("precise_rows"), c.out(s));
+}
+void run_quantize(const RunCx& c, const Step& s) {
+  quantize_rows(c.in(s, 0), c.n(s), c.g.width(s.b->results[0]), s.b->op->i("precise_rows"), c.out(s));
+}
+void run_matmul(const RunCx& c, const Step& s) { cpu::matmul(s.w[0], c.in(s, 0), c.n(s), c.out(s)); }
+void run_matmul_stack(const RunCx& c, const Step& s) {
+  for (size_t k = 0; k < s.w.size(); ++k) cpu::matmul(s.w[k], c.in(s, 0), c.n(s), c.out(s, k));
+}
+void run_add(const RunCx& c, const Step& s) {
+  cpu::add(c.in(s, 0), c.in(s, 1), c.n(s) * c.g.width(s.b->results[0]), c.out(s));
+}
+void run_swiglu(const RunCx& c, const Step& s) {
+  cpu::swiglu(c.in(s, 0), c.in(s, 1), c.n(s) * c.g.width(s.b->results[0]), c.out(s));
+}
+void run_conv(const RunCx& c, const Step& s) {
+  cpu::conv1d_causal_silu(c.in(s, 0), c.T, c.g.width(s.b->results[0]), s.vec, s.taps, c.state(s.b->state), c.out(s));
+}
+void run_gdn(const RunCx& c, const Step& s) {
+  const ir::Op& op = *s.b->op;
+  const cpu::GdnShape sh{op.i("key_heads"), op.i("value_heads"), op.i("key_dim"), op.i("value_dim")};
+  float* st = c.state(s.b->state);
+  if (c.T < op.i_or("recurrent_below", 1))
+    cpu::gdn_recurrent(sh, c.in(s, 0), c.in(s, 1), c.in(s, 2), s.ssm_a, s.dt_bias, c.T, st, c.out(s));
+  else
+    cpu::gdn_chunked(sh, c.in(s, 0), c.in(s, 1), c.in(s, 2), s.ssm_a, s.dt_bias, c.T, st, c.out(s),
+                     op.i_or("chunk", 64));
+}
+void run_gated_rmsnorm(const RunCx& c, const Step& s) {
+  const ir::Op& op = *s.b->op;
+  cpu::gated_rmsnorm(c.in(s, 0), c.in(s, 1), s.vec, c.T, op.i("heads"), op.i("head_dim"), (float)op.f("eps"), c.out(s));
+}
+void run_head_rmsnorm(const RunCx& c, const Step& s) {
+  const ir::Op& op = *s.b->op;
+  cpu::head_rmsnorm(c.in(s, 0), c.g.width(s.b->args[0]), op.i("head_stride"), op.i("head_offset"), s.vec, c.T,
+                    op.i("heads"), op.i("head_dim"), (float)op.f("eps"), c.out(s));
+}
+void run_rope(const RunCx& c, const Step& s) {
+  const ir::Op& op = *s.b->op;
+  const int64_t w = c.g.width(s.b->results[0]);
+  std::copy(c.in(s, 0), c.in(s, 0) + c.T * w, c.out(s));
+  cpu::rope_neox(c.out(s), c.pos.data(), c.T, op.i("heads"), op.i("head_dim"), op.i("rope_dims"), (float)op.f("theta"));
+}
+void run_kv_write(const RunCx& c, const Step& s) {
+  for (const auto& [arg, state] : {std::pair{0, s.b->k_state}, std::pair{1, s.b->v_state}}) {
+    const BoundState& st = c.g.states[(size_t)state];
+    const int64_t width = st.row_width;
+    float* cache = c.state(state);
+    for (int64_t t = 0; t < c.T; ++t) {
+      float* row = cache + (int64_t)c.pos[(size_t)t] * width;
+      std::copy(c.in(s, (size_t)arg) + t * width, c.in(s, (size_t)arg) + (t + 1) * width, row);
+      if (st.dtype == ir::DType::f16)  // the cache holds fp16 values (as a GPU's does)
+        for (int64_t j = 0; j < width; ++j) row[j] = gguf::fp16_to_float(gguf::float_to_fp16(row[j]));
+    }
+  }
+}
+void run_attention(const RunCx& c, const Step& s) {
+  const ir::Op& op = *s.b->op;
+  cpu::attention_gated(c.in(s, 0), c.state(s.b->k_state), c.state(s.b->v_state), c.T, c.seq.n_past, op.i("heads"),
+                       op.i("kv_heads"), op.i("head_dim"), (float)op.f("scale"), c.in(s, 1) + op.i("gate_offset"),
+                       c.g.width(s.b->args[1]), op.i("gate_head_stride"), c.out(s));
+}
+void run_gather_rows(const RunCx& c, const Step& s) {
+  const int64_t w = c.g.width(s.b->results[0]);
+  const float* x = c.in(s, 0);
+  for (int64_t r = 0; r < c.R; ++r)
+    std::copy(x + c.rows[(size_t)r] * w, x + (c.rows[(size_t)r] + 1) * w, c.out(s) + r * w);
+}
+
+constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
+  std::array<RunFn, ir::kOpKindCount> t{};
+  t[(size_t)OpKind::embed] = run_embed;
+  t[(size_t)OpKind::rmsnorm] = run_rmsnorm;
+  t[(size_t)OpKind::rmsnorm_quant] = run_rmsnorm_quant;
+  t[(size_t)OpKind::quantize] = run_quantize;
+  t[(size_t)OpKind::matmul] = run_matmul;
+  t[(size_t)OpKind::matmul_stack] = run_matmul_stack;
+  t[(size_t)OpKind::add] = run_add;
+  t[(size_t)OpKind::swiglu] = run_swiglu;
+  t[(size_t)OpKind::conv1d_silu] = run_conv;
+  t[(size_t)OpKind::gdn] = run_gdn;
+  t[(size_t)OpKind::gated_rmsnorm] = run_gated_rmsnorm;
+  t[(size_t)OpKind::head_rmsnorm] = run_head_rmsnorm;
+  t[(size_t)OpKind::rope] = run_rope;
+  t[(size_t)OpKind::kv_write] = run_kv_write;
+  t[(size_t)OpKind::attention] = run_attention;
+  t[(size_t)OpKind::gather_rows] = run_gather_rows;
+  return t;
+}();
+
 }  // namespace
 
-std::shared_ptr<const gguf::File> open_plan_model(const ir::Plan& plan) {
-  auto f = std::make_shared<gguf::File>(gguf::File::open(plan.model_path));
-  if ((int64_t)f->file_size() != plan.model_size)
-    throw RuntimeError(fmt::format("{} has {} bytes but the plan was compiled for a file of {} bytes: recompile the plan",
-                                   plan.model_path, f->file_size(), plan.model_size));
-  return f;
+bool cpu_op_tables_complete() {
+  for (size_t k = 0; k < ir::kOpKindCount; ++k)
+    if (!kBind[k] || !kRun[k]) return false;
+  return true;
 }
 
 CpuExecutor::~CpuExecutor() = default;
@@ -68,87 +271,27 @@ CpuExecutor::CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File>
   if (plan_.backend != "cpu")
     throw RuntimeError(fmt::format("the CPU executor cannot run a '{}' plan", plan_.backend));
   if (plan_.threads > 0) cpu::set_num_threads((int)plan_.threads);
-  const ir::Graph& g = plan_.graph;
-  const gguf::File& f = *file_;
-  std::map<std::string, int64_t> slot;
-  for (const char* in : {"tokens", "pos", "rows"}) {
-    bool found = false;
-    for (const auto& i : g.inputs) found |= i.name == in;
-    if (!found) throw RuntimeError(fmt::format("graph lacks input %{}", in));
-    slot[in] = (int64_t)slot.size();
-  }
-  if (g.inputs.size() != 3) throw RuntimeError("graph inputs must be %tokens, %pos, %rows");
-  std::map<std::string, int64_t> state_index;
-  for (const auto& st : g.states) {
-    if (st.type.dtype != ir::DType::f32)
-      throw RuntimeError(fmt::format("state %{} is {}: the CPU backend keeps state in f32", st.name,
-                                     ir::dtype_name(st.type.dtype)));
-    state_index[st.name] = (int64_t)state_shapes_.size();
-    std::vector<int64_t> shape;
-    for (int64_t d : st.type.shape) shape.push_back(d == ir::kContext ? plan_.context_length : d);
-    state_shapes_.push_back(shape);
-  }
-  for (const ir::Op& op : g.ops) {
+  graph_ = std::make_unique<BoundGraph>(plan_);
+  const BindCx cx{*file_, *graph_, vocab_rows_};
+  for (const BoundOp& b : graph_->ops) {
     Step s;
-    s.op = &op;
-    s.kind = op.kind;
-    for (const auto& a : op.args) s.args.push_back(slot.at(a));
-    if (!op.result.empty()) {
-      if (op.type.shape.size() != 2) throw RuntimeError(fmt::format("{}: results must be 2-D", op.describe()));
-      s.width = op.type.shape[1];
-      s.rows_result = op.type.shape[0] == ir::kRows;
-    }
-    if (op.has("tap")) s.tap = op.s("tap");
-    if (op.has("state")) s.state = state_index.at(op.s("state"));
-    if (op.has("cache")) s.state = state_index.at(op.s("cache"));
-    if (op.kind == "matmul" || op.kind == "embed") {
-      const gguf::TensorInfo& t = need_tensor(f, op.s("weight"), op);
-      if (t.ne.size() != 2 || !gguf::can_dequantize(t.type))
-        throw RuntimeError(fmt::format("{}: weight '{}' ({} {}) is not a supported matrix", op.describe(), t.name,
-                                       gguf::tensor_type_name(t.type), t.shape_string()));
-      s.w = {t.type, f.tensor_data(t), (int64_t)t.ne[0], (int64_t)t.ne[1]};
-      int64_t want = op.kind == "embed" ? s.w.in : s.w.out;
-      if (want != s.width)
-        throw RuntimeError(fmt::format("{}: weight '{}' {} does not give {} columns", op.describe(), t.name,
-                                       t.shape_string(), s.width));
-      if (op.kind == "matmul") {
-        const ir::Type* at = g.type_of(op.args[0]);
-        if (!at || at->shape.back() != s.w.in)
-          throw RuntimeError(fmt::format("{}: input width does not match weight '{}' {}", op.describe(), t.name,
-                                         t.shape_string()));
-      }
-      if (op.kind == "embed") vocab_rows_ = s.w.out;
-      if (op.kind == "matmul" && op.result == "logits") vocab_rows_ = s.w.out;
-    } else if (op.kind == "rmsnorm") {
-      s.vec = f32_vector(f, op.s("weight"), op, s.width);
-    } else if (op.kind == "head_rmsnorm") {
-      s.vec = f32_vector(f, op.s("weight"), op, op.i("head_dim"));
-    } else if (op.kind == "gated_rmsnorm") {
-      s.vec = f32_vector(f, op.s("weight"), op, op.i("head_dim"));
-    } else if (op.kind == "conv1d_silu") {
-      const auto& shape = state_shapes_.at(s.state);
-      s.vec = f32_vector(f, op.s("weight"), op, (shape[0] + 1) * s.width);
-    } else if (op.kind == "gdn") {
-      int64_t hv = op.i("value_heads");
-      s.vec3 = f32_vector(f, op.s("ssm_a"), op, hv);
-      s.vec2 = f32_vector(f, op.s("dt_bias"), op, hv);
-    }
-    if (!op.result.empty()) slot[op.result] = (int64_t)slot.size();
-    s.result = op.result.empty() ? -1 : slot.at(op.result);
+    s.b = &b;
+    kBind[(size_t)b.kind](cx, s);
     steps_.push_back(std::move(s));
   }
-  n_values_ = (int64_t)slot.size();
-  if (g.outputs.size() != 1 || g.outputs[0] != "logits") throw RuntimeError("graph output must be %logits");
+  if (vocab_rows_ <= 0) throw RuntimeError("graph has no embedding");
 }
 
 CpuSequence CpuExecutor::new_sequence() const {
   CpuSequence s;
-  for (const auto& shape : state_shapes_) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    s.buffers.emplace_back((size_t)n, 0.0f);
-  }
+  for (const auto& st : graph_->states) s.buffers.emplace_back((size_t)st.elements, 0.0f);
   return s;
+}
+
+int64_t CpuExecutor::sequence_bytes() const {
+  int64_t b = 0;
+  for (const auto& st : graph_->states) b += st.elements * 4;
+  return b;
 }
 
 std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int32_t>& tokens,
@@ -156,7 +299,7 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
   const int64_t T = (int64_t)tokens.size();
   const int64_t R = (int64_t)rows.size();
   if (T == 0) throw RuntimeError("forward with no tokens");
-  if (seq.buffers.size() != state_shapes_.size()) throw RuntimeError("sequence does not belong to this executor");
+  if (seq.buffers.size() != graph_->states.size()) throw RuntimeError("sequence does not belong to this executor");
   if (seq.n_past + T > plan_.context_length)
     throw RuntimeError(fmt::format("context overflow: {} tokens in the sequence + {} new > context length {}",
                                    seq.n_past, T, plan_.context_length));
@@ -168,93 +311,16 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
   std::vector<int32_t> pos((size_t)T);
   for (int64_t t = 0; t < T; ++t) pos[(size_t)t] = (int32_t)(seq.n_past + t);
   // Everything that can be wrong with the request was checked above: from here on the states change.
-  std::vector<std::vector<float>>& states = seq.buffers;
-  std::vector<std::vector<float>> vals((size_t)n_values_);
-  auto val = [&](int64_t slot) -> float* { return vals[(size_t)slot].data(); };
-
+  std::vector<std::vector<float>> vals(graph_->values.size());
+  const RunCx cx{*graph_, vals, seq, tokens, pos, rows, T, R};
   for (const Step& s : steps_) {
-    const ir::Op& op = *s.op;
-    const int64_t rows_out = s.rows_result ? R : T;
-    float* out = nullptr;
-    if (s.result >= 0) {
-      vals[(size_t)s.result].assign((size_t)(rows_out * s.width), NAN);
-      out = val(s.result);
-    }
-    if (s.kind == "embed") {
-      cpu::embed(s.w, tokens.data(), T, out);
-    } else if (s.kind == "rmsnorm") {
-      cpu::rmsnorm(val(s.args[0]), s.vec, rows_out, s.width, (float)op.f("eps"), out);
-    } else if (s.kind == "matmul") {
-      if (emulate_dp4a_) {
-        const int64_t n = rows_out * s.w.in;
-        const bool two = rows_out <= emulate_precise_rows_;
-        std::vector<int8_t> q((size_t)n), q2(two ? (size_t)n : 0);
-        std::vector<float> d((size_t)(n / 32)), xq((size_t)n);
-        cpu::quantize_q8_activation(val(s.args[0]), n, q.data(), d.data(), two ? q2.data() : nullptr);
-        for (int64_t i = 0; i < n; ++i) {
-          const float db = d[(size_t)(i / 32)];
-          xq[(size_t)i] = two ? db * std::fma((float)q2[(size_t)i], 1.0f / 254.0f, (float)q[(size_t)i])
-                              : (float)q[(size_t)i] * db;
-        }
-        cpu::matmul(s.w, xq.data(), rows_out, out);
-      } else {
-        cpu::matmul(s.w, val(s.args[0]), rows_out, out);
-      }
-    } else if (s.kind == "add") {
-      cpu::add(val(s.args[0]), val(s.args[1]), rows_out * s.width, out);
-    } else if (s.kind == "swiglu") {
-      cpu::swiglu(val(s.args[0]), val(s.args[1]), rows_out * s.width, out);
-    } else if (s.kind == "conv1d_silu") {
-      const int64_t K = state_shapes_[(size_t)s.state][0] + 1;
-      cpu::conv1d_causal_silu(val(s.args[0]), T, s.width, s.vec, K, states[(size_t)s.state].data(), out);
-    } else if (s.kind == "gdn") {
-      cpu::GdnShape sh{op.i("key_heads"), op.i("value_heads"), op.i("key_dim"), op.i("value_dim")};
-      float* st = states[(size_t)s.state].data();
-      if (T < op.i_or("recurrent_below", 1))
-        cpu::gdn_recurrent(sh, val(s.args[0]), val(s.args[1]), val(s.args[2]), s.vec3, s.vec2, T, st, out);
-      else
-        cpu::gdn_chunked(sh, val(s.args[0]), val(s.args[1]), val(s.args[2]), s.vec3, s.vec2, T, st, out,
-                         op.i_or("chunk", 64));
-    } else if (s.kind == "gated_rmsnorm") {
-      cpu::gated_rmsnorm(val(s.args[0]), val(s.args[1]), s.vec, T, op.i("heads"), op.i("head_dim"),
-                         (float)op.f("eps"), out);
-    } else if (s.kind == "head_rmsnorm") {
-      const ir::Type* in = plan_.graph.type_of(op.args[0]);
-      cpu::head_rmsnorm(val(s.args[0]), in->shape[1], op.i("head_stride"), op.i("head_offset"), s.vec, T,
-                        op.i("heads"), op.i("head_dim"), (float)op.f("eps"), out);
-    } else if (s.kind == "rope") {
-      std::copy(val(s.args[0]), val(s.args[0]) + T * s.width, out);
-      cpu::rope_neox(out, pos.data(), T, op.i("heads"), op.i("head_dim"), op.i("rope_dims"), (float)op.f("theta"));
-    } else if (s.kind == "kv_write") {
-      float* cache = states[(size_t)s.state].data();
-      const int64_t width = state_shapes_[(size_t)s.state][2];
-      const int64_t ctx = state_shapes_[(size_t)s.state][1];
-      for (int64_t t = 0; t < T; ++t) {
-        std::copy(val(s.args[0]) + t * width, val(s.args[0]) + (t + 1) * width, cache + (pos[(size_t)t]) * width);
-        std::copy(val(s.args[1]) + t * width, val(s.args[1]) + (t + 1) * width,
-                  cache + (ctx + pos[(size_t)t]) * width);
-        if (emulate_dp4a_)
-          for (float* row : {cache + pos[(size_t)t] * width, cache + (ctx + pos[(size_t)t]) * width})
-            for (int64_t j = 0; j < width; ++j) row[j] = gguf::fp16_to_float(gguf::float_to_fp16(row[j]));
-      }
-    } else if (s.kind == "attention") {
-      const float* cache = states[(size_t)s.state].data();
-      const int64_t width = state_shapes_[(size_t)s.state][2];
-      const int64_t ctx = state_shapes_[(size_t)s.state][1];
-      const ir::Type* gt = plan_.graph.type_of(op.args[1]);
-      cpu::attention_gated(val(s.args[0]), cache, cache + ctx * width, T, seq.n_past, op.i("heads"), op.i("kv_heads"),
-                           op.i("head_dim"), (float)op.f("scale"), val(s.args[1]) + op.i("gate_offset"),
-                           gt->shape[1], op.i("gate_head_stride"), out);
-    } else if (s.kind == "gather_rows") {
-      const float* x = val(s.args[0]);
-      for (int64_t r = 0; r < R; ++r) std::copy(x + rows[(size_t)r] * s.width, x + (rows[(size_t)r] + 1) * s.width, out + r * s.width);
-    } else {
-      throw RuntimeError(fmt::format("the CPU backend has no op '{}'", s.kind));
-    }
-    if (tap && !s.tap.empty()) tap(s.tap, out, rows_out, s.width);
+    const int64_t n = s.b->rows ? R : T;
+    for (int r : s.b->results) vals[(size_t)r].assign((size_t)(n * graph_->width(r)), NAN);
+    kRun[(size_t)s.b->kind](cx, s);
+    if (tap && !s.b->tap.empty()) tap(s.b->tap, cx.out(s), n, graph_->width(s.b->results[0]));
   }
   seq.n_past += T;
-  return std::move(vals[(size_t)steps_.back().result]);
+  return std::move(vals[(size_t)graph_->logits]);
 }
 
 }  // namespace qrig::runtime

@@ -11,7 +11,8 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const ir::Plan& plan) : ex_(plan, open_plan_model(plan)) {}
+  CudaBackend(const ir::Plan& plan, const BackendOptions& opt)
+      : ex_(plan, open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs}) {}
   const ir::Plan& plan() const override { return ex_.plan(); }
   int slots() const override { return ex_.slots(); }
   int64_t vocab_rows() const override { return ex_.vocab_rows(); }
@@ -45,30 +46,35 @@ class CudaBackend final : public Backend {
     if (select.size() != batch.size()) throw RuntimeError("step_select: one selection per input");
     std::vector<std::vector<int32_t>> rows(batch.size());
     std::vector<int64_t> row_of(batch.size(), -1);
+    std::vector<char> sel(batch.size(), 0);
     int64_t n_rows = 0;
     bool selected = false;
+    std::vector<cuda::TopKRow> req;
     for (size_t k = 0; k < batch.size(); ++k)
       if (batch[k].want_logits && !batch[k].tokens.empty()) {
         rows[k].push_back((int32_t)batch[k].tokens.size() - 1);
         row_of[k] = n_rows++;
-        selected |= select[k].k > 0 && select[k].sampler;
+        // A row with more adjustments than the plan's sampling buffers hold is sampled from its logits on the
+        // host (the same result: the candidates are exact whenever they suffice).
+        cuda::TopKRow r;  // rows not selected ride along with k = 1 and nothing to adjust (cheap)
+        if (select[k].k > 0 && select[k].sampler) {
+          cuda::TopKRow want = cuda::top_k_row(*select[k].sampler, select[k].k);
+          if (ex_.top_k_fits(want)) {
+            r = std::move(want);
+            sel[k] = 1;
+            selected = true;
+          }
+        }
+        req.push_back(std::move(r));
       }
     ex_.step(batch, rows, false, false);
     std::vector<TopCandidates> cands;
-    if (selected) {
-      std::vector<cuda::TopKRow> req;
-      for (size_t k = 0; k < batch.size(); ++k)
-        if (row_of[k] >= 0)  // rows not selected ride along with k = 1 and nothing to adjust (cheap)
-          req.push_back(select[k].k > 0 && select[k].sampler ? cuda::top_k_row(*select[k].sampler, select[k].k)
-                                                             : cuda::TopKRow{});
-      cands = ex_.select_top(req);
-    }
+    if (selected) cands = ex_.select_top(req);
     std::vector<std::vector<float>> out(batch.size());
     top.assign(batch.size(), std::nullopt);
     for (size_t k = 0; k < batch.size(); ++k) {
       if (row_of[k] < 0) continue;
-      const bool sel = select[k].k > 0 && select[k].sampler;
-      if (sel && select[k].sampler->top_suffices(cands[(size_t)row_of[k]]))
+      if (sel[k] && select[k].sampler->top_suffices(cands[(size_t)row_of[k]]))
         top[k] = std::move(cands[(size_t)row_of[k]]);
       else
         out[k] = ex_.logits_row(row_of[k]);  // the candidates cannot decide this row: its logits
@@ -86,6 +92,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan) { return std::make_unique<CudaBackend>(plan); }
+std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan, const BackendOptions& opt) {
+  return std::make_unique<CudaBackend>(plan, opt);
+}
 
 }  // namespace qrig::runtime

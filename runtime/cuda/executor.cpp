@@ -38,11 +38,7 @@ int CudaExecutor::slots() const { return (int)impl_->slots.size(); }
 int64_t CudaExecutor::vocab_rows() const { return impl_->vocab_rows; }
 int64_t CudaExecutor::position(int slot) const { return impl_->slot(slot).n_past; }
 std::string CudaExecutor::device_name() const { return impl_->info.name; }
-int64_t CudaExecutor::device_bytes() const {
-  const Impl& m = *impl_;
-  return m.weight_bytes + (int64_t)m.arena.bytes() + m.state_bytes * (int64_t)m.slots.size() +
-         (int64_t)(m.xq.bytes() + m.xd.bytes() + m.xq2.bytes() + m.workspace.bytes());
-}
+int64_t CudaExecutor::device_bytes() const { return impl_->allocated; }
 
 void CudaExecutor::synchronize() const { impl_->stream->sync("CUDA executor"); }
 GraphStats CudaExecutor::graph_stats() const { return impl_->graph_stats; }
@@ -51,6 +47,7 @@ void CudaExecutor::reset(int slot) {
   Impl& m = *impl_;
   Slot& s = m.slot(slot);
   s.n_past = 0;  // KV entries at positions >= n_past are never read before being written again
+  if (s.rec.bytes() == 0) return;
   try {
     cuda::DeviceGuard guard(m.opt.device);
     cuda::fill_device_bytes_async(s.rec.data(), 0, s.rec.bytes(), m.stream->get(), "reset of slot states");
@@ -90,9 +87,11 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
     }
   }
   const int64_t T = (int64_t)tok.size(), R = (int64_t)out_rows.size();
-  if (T > m.max_t)
-    throw RuntimeError(fmt::format("a step of {} tokens exceeds the plan's max_batch_tokens {}", T, m.max_t));
-  if (R > m.max_r) throw RuntimeError(fmt::format("a step asking for {} output rows exceeds {}", R, m.max_r));
+  if (T > m.layout.max_t)
+    throw RuntimeError(fmt::format("a step of {} tokens exceeds the plan's max_batch_tokens {}", T, m.layout.max_t));
+  if (R > m.layout.max_r)
+    throw RuntimeError(fmt::format("a step asking for {} output rows exceeds the plan's max_logit_rows {}", R,
+                                   m.layout.max_r));
   if ((want_logits || want_argmax) && R == 0) throw RuntimeError("step asks for outputs but names no rows");
 
   cuda::DeviceGuard guard(m.opt.device);
@@ -101,116 +100,23 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
   cuda::copy_to_device_async(m.pos_dev.data(), pos.data(), (size_t)T * 4, st, "step positions");
   if (R > 0) cuda::copy_to_device_async(m.rows_dev.data(), out_rows.data(), (size_t)R * 4, st, "step rows");
 
-  int quantized = -1, quantized_planes = 0;  // the value whose int8 form is in xq/xd (and xq2)
-  auto val = [&](int id) { return m.values[(size_t)id]; };
-  auto width = [&](int id) { return m.value_width[(size_t)id]; };
-  // The ops whose launches change from one decode step to the next (positions): what a graph replay patches.
-  auto patchable = [](OpKind k) { return k == OpKind::kv_write || k == OpKind::attention; };
+  const StepCx cx{m, batch, offset, out_rows, T, R, st};
   // Every op of the graph (eager, or into a capture with `recorder` on for the patchable ops), or with
   // `patcher` only the patchable ops, updating a captured graph instead of launching.
   auto run_ops = [&](cuda::LaunchHook* recorder, cuda::LaunchHook* patcher) {
     for (const CudaStep& s : m.steps) {
-      const int64_t n = s.rows_result ? R : T;
+      const int64_t n = s.b->rows ? R : T;
       if (n == 0) continue;
-      if (patcher && !patchable(s.kind)) continue;
-      cuda::LaunchHook* hook = patchable(s.kind) ? (patcher ? patcher : recorder) : nullptr;
-      cuda::ScopedLaunchHook scoped(hook);
-      float* out = s.result >= 0 ? val(s.result) : nullptr;
-      switch (s.kind) {
-        case OpKind::embed:
-          cuda::launch_embed_q8_0(*s.kernel, s.w, m.tokens_dev.data(), T, out, st);
-          break;
-        case OpKind::rmsnorm: {
-          // Feeding a matmul: quantized in the same launch, for the planes that matmul will use (same rows).
-          const int planes = n <= m.plan.precise_rows ? 2 : 1;
-          if (s.norm_quant[planes]) {
-            cuda::launch_rmsnorm_quant_f32(*s.norm_quant[planes], val(s.args[0]), s.vec, out, n, s.eps, m.xq.data(),
-                                           m.xd.data(), m.xq2.data(), st);
-            quantized = s.result;
-            quantized_planes = planes;
-          } else {
-            cuda::launch_rmsnorm_f32(*s.kernel, val(s.args[0]), s.vec, out, n, s.eps, st);
-          }
-          break;
-        }
-        case OpKind::matmul: {
-          if (n == 1 && s.group >= 0 && !s.group_head) break;  // its group's head computed it
-          const bool two = n <= m.plan.precise_rows;  // two activation planes: see ir::Plan::precise_rows
-          if (quantized != s.args[0] || quantized_planes != (two ? 2 : 1)) {
-            cuda::launch_quant_act_q8(two ? *m.quant_precise : *m.quant, val(s.args[0]), m.xq.data(), m.xd.data(),
-                                      m.xq2.data(), n * s.in_width, st);
-            quantized = s.args[0];
-            quantized_planes = two ? 2 : 1;
-          }
-          if (n == 1 && s.group >= 0) {  // one GEMV over the stacked weights of the whole group
-            const MatmulGroup& grp = m.groups[(size_t)s.group];
-            float* ys[4] = {nullptr, nullptr, nullptr, nullptr};
-            int64_t rows_of[4] = {0, 0, 0, 0};
-            for (size_t i = 0; i < grp.members.size(); ++i) {
-              const CudaStep& mem = m.steps[(size_t)grp.members[i]];
-              ys[i] = val(mem.result);
-              rows_of[i] = mem.width;
-            }
-            cuda::launch_gemv_q8_0_split(*grp.gemv, grp.merged, m.xq.data(), m.xd.data(), m.xq2.data(), ys, rows_of, st);
-          } else {
-            (two ? s.mm_precise : s.mm)->run(s.w, m.xq.data(), m.xd.data(), m.xq2.data(), n, out, st);
-          }
-          break;
-        }
-        case OpKind::add:
-          cuda::launch_add_f32(*s.kernel, val(s.args[0]), val(s.args[1]), out, n * s.width, st);
-          break;
-        case OpKind::swiglu:
-          cuda::launch_swiglu_f32(*s.kernel, val(s.args[0]), val(s.args[1]), out, n * s.width, st);
-          break;
-        case OpKind::gated_rmsnorm:
-          cuda::launch_gated_rmsnorm_f32(*s.kernel, val(s.args[0]), val(s.args[1]), s.vec, n, s.heads, s.eps, out, st);
-          break;
-        case OpKind::head_rmsnorm:
-          cuda::launch_head_rmsnorm_f32(*s.kernel, val(s.args[0]), s.row_stride, s.head_stride, s.head_offset, s.vec, n,
-                                        s.heads, s.eps, out, st);
-          break;
-        case OpKind::rope:
-          cuda::launch_rope_neox_f32(*s.kernel, val(s.args[0]), out, m.pos_dev.data(), n, s.heads, s.inv_freq, st);
-          break;
-        case OpKind::gather_rows:
-          for (int64_t r = 0; r < R; ++r)
-            cuda::copy_on_device(out + r * s.width, val(s.args[0]) + (int64_t)out_rows[(size_t)r] * s.width,
-                                 (size_t)s.width * 4, st, "gather of output rows");
-          break;
-        case OpKind::conv1d_silu:
-        case OpKind::gdn:
-        case OpKind::kv_write:
-        case OpKind::attention:
-          for (size_t k = 0; k < batch.size(); ++k) {
-            Slot& sl = m.slot(batch[k].slot);
-            const StateLayout& L = m.state_layout[(size_t)s.state];
-            const int64_t off = offset[k], nt = (int64_t)batch[k].tokens.size();
-            auto in = [&](size_t a) { return val(s.args[a]) + off * width(s.args[a]); };
-            if (s.kind == OpKind::conv1d_silu) {
-              cuda::launch_conv1d_silu_f32(*s.kernel, in(0), nt, s.width, s.vec, sl.rec.data() + L.offset,
-                                           out + off * s.width, st);
-            } else if (s.kind == OpKind::gdn) {
-              s.gdn->run(in(0), in(1), in(2), s.vec, s.vec2, nt, sl.rec.data() + L.offset, out + off * s.width,
-                         nt < s.recurrent_below, m.workspace.data(), st);
-            } else if (s.kind == OpKind::kv_write) {
-              uint16_t* kc = sl.kv[(size_t)L.kv_index].data();
-              cuda::launch_kv_write_f16(*s.kernel, in(0), in(1), kc, kc + m.plan.context_length * L.width, sl.n_past, nt,
-                                        L.width, st);
-            } else {
-              const uint16_t* kc = sl.kv[(size_t)L.kv_index].data();
-              s.att->run(in(0), kc, kc + m.plan.context_length * L.width, nt, sl.n_past, s.scale,
-                         in(1) + s.gate_offset, s.gate_row_stride, s.gate_head_stride, out + off * s.width,
-                         m.workspace.data(), st);
-            }
-          }
-          break;
-      }
-      if (tap && !s.tap.empty()) {
-        std::vector<float> host((size_t)(n * s.width));
-        cuda::copy_to_host_async(host.data(), out, host.size() * 4, st, "tap " + s.tap);
-        m.stream->sync("tap " + s.tap);
-        tap(s.tap, host.data(), n, s.width);
+      const bool patch = patchable(s.b->kind);
+      if (patcher && !patch) continue;
+      cuda::ScopedLaunchHook scoped(patch ? (patcher ? patcher : recorder) : nullptr);
+      run_op(cx, s);
+      if (tap && !s.b->tap.empty()) {
+        const int64_t w = m.graph->width(s.b->results[0]);
+        std::vector<float> host((size_t)(n * w));
+        cuda::copy_to_host_async(host.data(), s.out[0], host.size() * 4, st, "tap " + s.b->tap);
+        m.stream->sync("tap " + s.b->tap);
+        tap(s.b->tap, host.data(), n, w);
       }
     }
   };
@@ -260,7 +166,6 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
           m.graphs[key] = std::move(gr);
           ++m.graph_stats.captured;
         } else {
-          quantized = -1;
           run_ops(nullptr, nullptr);
           ++m.graph_stats.eager;
         }
@@ -270,7 +175,7 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
       ++m.graph_stats.eager;
     }
     StepOutput result;
-    const float* logits = val(m.steps.back().result);
+    const float* logits = m.steps.back().out[0];
     if (want_argmax) {
       const int64_t valid = m.plan.vocab_real > 0 ? std::min(m.plan.vocab_real, m.vocab_rows) : m.vocab_rows;
       cuda::launch_argmax_f32(*m.argmax, logits, R, m.vocab_rows, valid, m.argmax_dev.data(), st);
@@ -304,7 +209,7 @@ std::vector<TopCandidates> CudaExecutor::select_top(const std::vector<cuda::TopK
     throw RuntimeError(fmt::format("select_top: {} rows for a step of {} output rows", rows.size(), m.last_rows));
   if (rows.empty()) return {};
   cuda::DeviceGuard guard(m.opt.device);
-  m.top_k->enqueue(m.values[(size_t)m.steps.back().result], rows, m.stream->get());
+  m.top_k->enqueue(m.steps.back().out[0], rows, m.stream->get());
   return m.top_k->collect(m.stream->get());
 } catch (const cuda::KernelError& e) {
   throw RuntimeError(std::string("CUDA sampling candidates: ") + e.what());
@@ -312,13 +217,15 @@ std::vector<TopCandidates> CudaExecutor::select_top(const std::vector<cuda::TopK
   throw RuntimeError(std::string("CUDA sampling candidates: ") + e.what());
 }
 
+bool CudaExecutor::top_k_fits(const cuda::TopKRow& row) const { return impl_->top_k->fits(row); }
+
 std::vector<float> CudaExecutor::logits_row(int64_t row) try {
   Impl& m = *impl_;
   if (row < 0 || row >= m.last_rows)
     throw RuntimeError(fmt::format("logits_row {}: the last step has {} output rows", row, m.last_rows));
   cuda::DeviceGuard guard(m.opt.device);
   std::vector<float> out((size_t)m.vocab_rows);
-  cuda::copy_to_host_async(out.data(), m.values[(size_t)m.steps.back().result] + row * m.vocab_rows, out.size() * 4,
+  cuda::copy_to_host_async(out.data(), m.steps.back().out[0] + row * m.vocab_rows, out.size() * 4,
                            m.stream->get(), "logits row");
   m.stream->sync("logits row");
   return out;
@@ -333,9 +240,11 @@ std::shared_ptr<Snapshot> CudaExecutor::save(int slot) const try {
   auto snap = std::make_shared<CudaSnapshot>();
   snap->device = m.opt.device;
   snap->position = s.n_past;
-  snap->rec = cuda::DeviceBuffer<float>(m.opt.device, s.rec.size(), fmt::format("snapshot of slot {}", slot));
-  cuda::copy_on_device(snap->rec.data(), s.rec.data(), s.rec.bytes(), m.stream->get(), "snapshot");
-  m.stream->sync("snapshot");
+  if (s.rec.size() > 0) {
+    snap->rec = cuda::DeviceBuffer<float>(m.opt.device, s.rec.size(), fmt::format("snapshot of slot {}", slot));
+    cuda::copy_on_device(snap->rec.data(), s.rec.data(), s.rec.bytes(), m.stream->get(), "snapshot");
+    m.stream->sync("snapshot");
+  }
   return snap;
 } catch (const cuda::CudaError& e) {
   throw RuntimeError(std::string("CUDA snapshot: ") + e.what());
@@ -350,8 +259,10 @@ void CudaExecutor::restore(int slot, const Snapshot& snap) {
     throw RuntimeError("snapshot does not fit this executor");
   try {
     cuda::DeviceGuard guard(m.opt.device);
-    cuda::copy_on_device(s.rec.data(), cs->rec.data(), s.rec.bytes(), m.stream->get(), "restore");
-    m.stream->sync("restore");  // the caller may free the snapshot as soon as this returns
+    if (s.rec.bytes() > 0) {
+      cuda::copy_on_device(s.rec.data(), cs->rec.data(), s.rec.bytes(), m.stream->get(), "restore");
+      m.stream->sync("restore");  // the caller may free the snapshot as soon as this returns
+    }
   } catch (const cuda::CudaError& e) {
     s.n_past = 0;
     throw RuntimeError(std::string("CUDA restore: ") + e.what());
@@ -359,6 +270,6 @@ void CudaExecutor::restore(int slot, const Snapshot& snap) {
   s.n_past = cs->position;
 }
 
-int64_t CudaExecutor::snapshot_bytes() const { return impl_->rec_floats * 4; }
+int64_t CudaExecutor::snapshot_bytes() const { return impl_->layout.rec_floats * 4; }
 
 }  // namespace qrig::runtime

@@ -1,15 +1,15 @@
-// The CUDA executor: runs a CUDA plan's graph on one GPU. Everything is bound once, at load: weights uploaded
-// (Q8_0 matrices repacked for aligned 16-byte loads, norm vectors as f32), every kernel variant compiled or
-// read from the cubin cache and loaded (after which compiling is forbidden), every activation given a fixed
-// place in one device arena by a liveness pass over the graph (a static memory plan: two values share bytes
-// only when their lifetimes do not overlap), per-slot state (conv windows, GDN states in f32, fp16 KV caches)
-// allocated for the plan's context length.
+// The CUDA executor: runs a CUDA plan's graph on one GPU, deciding nothing the plan decided. Everything is bound
+// once, at load: the allocations of runtime/cuda/layout.h checked against the plan's memory table, weights
+// uploaded (Q8_0 matrices repacked for aligned 16-byte loads, stacked where the plan stacks matmuls, norm vectors
+// as f32), exactly the kernel variants the plan names compiled or read from the cubin cache and loaded (after
+// which compiling is forbidden), every activation at the arena offset the plan's memory pass gave it, per-slot
+// state (conv windows, GDN states in f32, fp16 key and value caches) for the plan's context length.
 //
 // A step runs several sequences at once: their new tokens are concatenated into one batch of rows, so the
 // matmuls, norms and residual adds run once over all rows (a decode step of B sequences reads every weight
 // once), while the ops that touch a sequence's own state (conv, GDN, KV append, attention) run per sequence
-// on its rows. Matmul inputs are quantized to int8 once per value and shared by every matmul that reads it
-// (two int8 planes for matmuls of at most plan.precise_rows rows). Decode steps run as CUDA graphs (graph.h).
+// on its rows. Each op launches the kernels its `kernel` attribute names for its number of rows. Decode steps
+// run as CUDA graphs (graph.h) when the plan says so.
 #pragma once
 
 #include <cstdint>
@@ -20,17 +20,17 @@
 #include "gguf/gguf.h"
 #include "ir/plan.h"
 #include "runtime/backend.h"
-#include "runtime/cpu/executor.h"  // RuntimeError, TapFn
+#include "runtime/errors.h"
+#include "runtime/model_file.h"
 #include "runtime/cuda/sampling.h"
 
 namespace qrig::runtime {
 
 struct CudaOptions {
   int device = 0;
-  int64_t max_logit_rows = 0;  // rows of logits one step may return; 0: the plan's max_sequences
-  std::string cache_dir;       // cubin cache; empty: the default (~/.cache/qrig/kernels)
-  // Decode steps (one token per sequence) as CUDA graphs (graph.h); QRIG_CUDA_GRAPHS=0 in the environment
-  // turns them off too (to compare).
+  std::string cache_dir;  // cubin cache; empty: the default (~/.cache/qrig/kernels)
+  // Decode steps (one token per sequence) as CUDA graphs (graph.h) where the plan says so (decode_graphs);
+  // false turns them off for this executor (to compare, or to work around a driver).
   bool graphs = true;
 };
 
@@ -75,6 +75,7 @@ class CudaExecutor {
   // picks each row's candidates there (runtime/cuda/sampling.h; one TopKRow per output row of that step, in
   // order) and logits_row() downloads one row. Both synchronise.
   std::vector<TopCandidates> select_top(const std::vector<cuda::TopKRow>& rows);
+  bool top_k_fits(const cuda::TopKRow& row) const;  // whether the plan's sampling buffers hold the row
   std::vector<float> logits_row(int64_t row);
 
   // Recurrent state (conv + GDN; KV caches are append-only by position) of a slot, copied on the device.
@@ -85,12 +86,13 @@ class CudaExecutor {
   // Waits for everything queued (for timing).
   void synchronize() const;
 
+  struct Impl;  // executor_impl.h (its op tables are free functions over it)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
 // A Backend over the CUDA executor (what the engine and server drive).
-std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan);
+std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan, const BackendOptions& opt);
 
 }  // namespace qrig::runtime

@@ -1,39 +1,41 @@
-// Gated DeltaNet on the GPU (QWEN35.md steps 3-5; CPU references cpu::gdn_recurrent and cpu::gdn_chunked):
-// a recurrent kernel for short steps (decode, T < the plan's recurrent_below) and the chunked algorithm for
-// prefill (KERNELS.md "Chunked Gated DeltaNet": a parallel prep over (value head, chunk), then a scan over
-// chunks parallel over (value head, value-column tile)). Inputs as the CPU ops: mixed [T][2*Hk*dk + Hv*dv]
-// (conv output q | k | v), alpha/beta raw [T][Hv], ssm_a/dt_bias [Hv]; state f32 [Hv][dk][dv] read and
-// updated in place; out [T][Hv*dv]. Value head j uses key head j % Hk.
+// Gated DeltaNet on the GPU (QWEN35.md steps 3-5; CPU references cpu::gdn_recurrent and cpu::gdn_chunked): the
+// recurrent kernel or the chunked pair (gdn_chunk_prep, then gdn_chunk_scan through a workspace), as the plan
+// names them per range of a sequence's tokens (kernels/gdn.h chooses). Inputs as the CPU ops: mixed
+// [T][2*Hk*dk + Hv*dv] (conv output q | k | v), alpha/beta raw [T][Hv], ssm_a/dt_bias [Hv]; state f32
+// [Hv][dk][dv] read and updated in place; out [T][Hv*dv]. Value head j uses key head j % Hk.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "ir/kernel_attr.h"
+#include "kernels/gdn.h"
 #include "runtime/cuda/launch.h"
 
 namespace qrig::cuda {
 
-struct GdnDims {
-  int64_t Hk = 0, Hv = 0, dk = 0, dv = 0;
-};
-
-// Every variant run() may launch for these dims and chunk length.
-std::vector<Variant> gdn_variants(const GdnDims& d, int64_t chunk);
+using kernels::GdnDims;
 
 class GdnKernels {
  public:
-  GdnKernels(const KernelLoader& load, const GdnDims& d, int64_t chunk);
-  // Device scratch run() needs for up to max_t tokens (0 when none).
-  size_t workspace_bytes(int64_t max_t) const;
-  // recurrent: token-serial kernel; else chunked. workspace: workspace_bytes(T) bytes, 256-byte aligned.
+  // ranges: per range of tokens either [gdn_recurrent] or [gdn_chunk_prep, gdn_chunk_scan] (ir/kernel_attr.h).
+  GdnKernels(const KernelLoader& load, const GdnDims& d, int64_t chunk, const std::vector<ir::LaunchRange>& ranges);
+  // The T tokens of one sequence. workspace: kernels::gdn_workspace_bytes(d, chunk, T) bytes, 256-byte aligned
+  // (unused by the recurrent kernel).
   void run(const float* mixed, const float* alpha, const float* beta, const float* ssm_a, const float* dt_bias,
-           int64_t T, float* state, float* out, bool recurrent, void* workspace, cudaStream_t stream) const;
+           int64_t T, float* state, float* out, void* workspace, cudaStream_t stream) const;
+  bool recurrent_for(int64_t T) const;
 
  private:
+  struct Range {
+    int64_t first, last;
+    std::vector<LoadedKernel> kernels;  // [recurrent] or [prep, scan]
+  };
+  const Range& range_for(int64_t T) const;
   GdnDims d_;
   int64_t chunk_;
-  std::vector<LoadedKernel> kernels_;
+  std::vector<Range> ranges_;
 };
 
 }  // namespace qrig::cuda

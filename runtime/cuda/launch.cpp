@@ -7,17 +7,15 @@
 
 namespace qrig::cuda {
 
-namespace {
-
 void require_kernel(const LoadedKernel& k, const char* kernel) {
   if (k.variant.kernel != kernel)
     throw KernelError(fmt::format("{} launcher given the variant {}", kernel, k.variant.name));
 }
 
-void require_aligned(const void* p, size_t align, const LoadedKernel& k, const char* what) {
-  if (!p) throw KernelError(fmt::format("{}: {} is null", k.variant.name, what));
+void require_aligned(const void* p, size_t align, const std::string& who, const char* what) {
+  if (!p) throw KernelError(fmt::format("{}: {} is null", who, what));
   if (reinterpret_cast<uintptr_t>(p) % align != 0)
-    throw KernelError(fmt::format("{}: {} is not {}-byte aligned", k.variant.name, what, align));
+    throw KernelError(fmt::format("{}: {} is not {}-byte aligned", who, what, align));
 }
 
 unsigned grid_for(int64_t items, int64_t per_block, const LoadedKernel& k) {
@@ -25,6 +23,8 @@ unsigned grid_for(int64_t items, int64_t per_block, const LoadedKernel& k) {
   if (g <= 0 || g > INT_MAX) throw KernelError(fmt::format("{}: {} items need a grid of {} blocks", k.variant.name, items, g));
   return (unsigned)g;
 }
+
+namespace {
 
 void require_q8(const Q8Matrix& m, const LoadedKernel& k, const char* what) {
   require_aligned(m.qs, 16, k, what);

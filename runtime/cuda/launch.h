@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/nvrtc.h"
@@ -20,6 +21,16 @@ struct LoadedKernel {
 };
 // Loads the cubin (cudaLibraryLoadData) and finds the variant's entry point.
 LoadedKernel load_kernel(const CompiledKernel& k);
+
+// The checks every launcher makes, defined once: the loaded variant is of the template the launcher runs;
+// a pointer is non-null and aligned (`who` names the variant or the kernel area in the message); a grid of
+// ceil(items / per_block) blocks fits.
+void require_kernel(const LoadedKernel& k, const char* kernel);
+void require_aligned(const void* p, size_t align, const std::string& who, const char* what);
+inline void require_aligned(const void* p, size_t align, const LoadedKernel& k, const char* what) {
+  require_aligned(p, align, k.variant.name, what);
+}
+unsigned grid_for(int64_t items, int64_t per_block, const LoadedKernel& k);
 
 // How the kernel sets of each area (gemm.h, gdn.h, attention.h, pointwise.h) obtain their variants: compiled
 // (or read from the cubin cache) for the plan's feature set and loaded. The executor passes one backed by its

@@ -1,7 +1,7 @@
 // The small kernels of the default family between the matmuls: residual add, SwiGLU, the GDN input conv,
 // per-head RMSNorms (q/k norms, the GDN gated output norm), partial NeoX RoPE, the fp16 KV-cache append and
-// greedy argmax. Variant builders and typed, checked launchers (device pointers only); each template's
-// header names its CPU reference op.
+// greedy argmax. Typed, checked launchers (device pointers only; the variants come from the plan, chosen by
+// kernels/pointwise.h); each template's header names its CPU reference op.
 #pragma once
 
 #include <cstdint>
@@ -9,15 +9,6 @@
 #include "runtime/cuda/launch.h"
 
 namespace qrig::cuda {
-
-Variant add_f32_variant();
-Variant swiglu_f32_variant();
-Variant conv1d_silu_f32_variant(int64_t taps);
-Variant head_rmsnorm_f32_variant(int64_t head_dim);
-Variant gated_rmsnorm_f32_variant(int64_t head_dim);
-Variant rope_neox_f32_variant(int64_t head_dim, int64_t rope_dims);
-Variant kv_write_f16_variant();
-Variant argmax_f32_variant();
 
 // out = a + b over n values (n % 4 == 0, 16-byte aligned; out may equal a or b).
 void launch_add_f32(const LoadedKernel& k, const float* a, const float* b, float* out, int64_t n, cudaStream_t s);

@@ -8,27 +8,10 @@
 
 #include <fmt/format.h>
 
-#include "runtime/cuda/variant_parts.h"
 
 namespace qrig::cuda {
 
-std::vector<TemplateInfo> sampling_templates() {
-  return {
-      {"topk_chunk_f32", "topk_chunk_f32.cu",
-       {{"e", "QRIG_ELEMS", 1, 32, 1, "logits per thread (a chunk is e * t ids, 64..8192)"}, threads_param()},
-       "sampling: bias and penalties on a chunk of a logit row in shared memory, the chunk's best K candidates "
-       "(radix select) and its statistics"},
-      {"topk_merge_f32", "topk_merge_f32.cu",
-       {threads_param()},
-       "sampling: the best K candidates of a row from its chunk lists (bitonic merges), counts and log-sum-exp"},
-  };
-}
-
 namespace {
-
-// e8 t256: chunks of 2048 ids (122 blocks per row of a 248k vocabulary, one wave on most GPUs), 64 registers
-// without spills, 4 blocks per SM; the merge runs 32 warps per row.
-constexpr int64_t kChunkElems = 8, kChunkThreads = 256, kMergeThreads = 1024;
 
 // Host mirrors of the structs in templates/qrig_topk.cuh.
 struct ChunkStats {
@@ -38,7 +21,7 @@ struct ChunkStats {
   int32_t pad;
   double sum;
 };
-static_assert(sizeof(ChunkStats) == 24 && offsetof(ChunkStats, sum) == 16);
+static_assert(sizeof(ChunkStats) == kernels::kTopChunkStatsBytes && offsetof(ChunkStats, sum) == 16);
 
 struct RowOut {
   uint64_t top[kTopMax];
@@ -48,11 +31,11 @@ struct RowOut {
   int32_t n_pos_inf;
   int32_t pad;
 };
-static_assert(sizeof(RowOut) == 8 * kTopMax + 24 && offsetof(RowOut, lse) == 8 * kTopMax &&
+static_assert(sizeof(RowOut) == kernels::kTopRowOutBytes && offsetof(RowOut, lse) == 8 * kTopMax &&
               offsetof(RowOut, n_pos_inf) == 8 * kTopMax + 16);
 
 // runtime::LogitAdjust is uploaded as it is: the layout of QrigLogitAdjust.
-static_assert(sizeof(runtime::LogitAdjust) == 12 && offsetof(runtime::LogitAdjust, id) == 0 &&
+static_assert(sizeof(runtime::LogitAdjust) == kernels::kLogitAdjustBytes && offsetof(runtime::LogitAdjust, id) == 0 &&
               offsetof(runtime::LogitAdjust, bias) == 4 && offsetof(runtime::LogitAdjust, count) == 8);
 
 float key_logit(uint32_t key) {
@@ -74,41 +57,36 @@ TopKRow top_k_row(const runtime::Sampler& s, int32_t k) {
   return r;
 }
 
-std::vector<Variant> TopKSelector::variants() {
-  return {make_variant("topk_chunk_f32", {{"e", kChunkElems}, {"t", kChunkThreads}}),
-          make_variant("topk_merge_f32", {{"t", kMergeThreads}})};
-}
-
-int64_t TopKSelector::chunk_ids() { return kChunkElems * kChunkThreads; }
-
-TopKSelector::TopKSelector(const KernelLoader& load, int device, int64_t vocab_rows, int64_t vocab_real,
-                           int64_t max_rows)
-    : device_(device), vocab_rows_(vocab_rows), vocab_real_(vocab_real), max_rows_(max_rows) {
+TopKSelector::TopKSelector(const KernelLoader& load, const std::vector<std::string>& variants, int device,
+                           int64_t vocab_rows, int64_t vocab_real, int64_t max_rows, int64_t adjust_per_row)
+    : device_(device), vocab_rows_(vocab_rows), vocab_real_(vocab_real), max_rows_(max_rows),
+      adjust_per_row_(adjust_per_row) {
   if (vocab_real <= 0 || vocab_real > vocab_rows || vocab_rows > INT_MAX / 2)
     throw KernelError(fmt::format("top-k selection: vocabulary of {} real ids in rows of {}", vocab_real, vocab_rows));
   if (max_rows <= 0 || max_rows > 65535)
     throw KernelError(fmt::format("top-k selection: {} rows per step (1..65535)", max_rows));
-  const auto vs = variants();
-  chunk_kernel_ = load(vs[0]);
-  merge_kernel_ = load(vs[1]);
+  if (adjust_per_row < 0 || adjust_per_row > (1 << 24))
+    throw KernelError(fmt::format("top-k selection: {} adjustments per row", adjust_per_row));
+  if (variants.size() != 2) throw KernelError("top-k selection: the plan names two kernels (chunk select, merge)");
+  chunk_kernel_ = load(parse_variant(variants[0]));
+  merge_kernel_ = load(parse_variant(variants[1]));
   if (chunk_kernel_.variant.kernel != "topk_chunk_f32" || merge_kernel_.variant.kernel != "topk_merge_f32")
-    throw KernelError("top-k selection: the loader returned other kernels");
-  n_chunks_ = (vocab_real + chunk_ids() - 1) / chunk_ids();
-  const size_t lists = (size_t)max_rows * (size_t)n_chunks_;
-  chunk_top_ = DeviceBuffer<unsigned long long>(device, lists * kTopMax, "top-k chunk candidates");
-  chunk_stats_ = DeviceBuffer<unsigned char>(device, lists * sizeof(ChunkStats), "top-k chunk statistics");
-  row_out_ = DeviceBuffer<unsigned char>(device, (size_t)max_rows * sizeof(RowOut), "top-k row results");
-  staging_out_ = PinnedBuffer((size_t)max_rows * sizeof(RowOut), "top-k row results (host)");
-  // Penalties and chunk ranges of every row, and room for 64 adjustments per row before growing.
-  reserve_inputs((size_t)max_rows * (12 + 4 * (size_t)(n_chunks_ + 1) + 64 * sizeof(runtime::LogitAdjust)));
+    throw KernelError("top-k selection: the plan names other kernels than topk_chunk_f32 and topk_merge_f32");
+  if (chunk_kernel_.variant.param("e") * chunk_kernel_.variant.threads() != kernels::top_k_chunk_ids())
+    throw KernelError(fmt::format("top-k selection: {} covers another chunk than the buffers are sized for",
+                                  chunk_kernel_.variant.name));
+  n_chunks_ = (vocab_real + kernels::top_k_chunk_ids() - 1) / kernels::top_k_chunk_ids();
+  const kernels::TopKBuffers b = kernels::top_k_buffers(vocab_real, max_rows, adjust_per_row);
+  chunk_top_ = DeviceBuffer<unsigned long long>(device, (size_t)b.chunk_top / 8, "top-k chunk candidates");
+  chunk_stats_ = DeviceBuffer<unsigned char>(device, (size_t)b.chunk_stats, "top-k chunk statistics");
+  row_out_ = DeviceBuffer<unsigned char>(device, (size_t)b.row_out, "top-k row results");
+  staging_out_ = PinnedBuffer((size_t)b.row_out, "top-k row results (host)");
+  inputs_ = DeviceBuffer<unsigned char>(device, (size_t)b.inputs, "top-k row parameters");
+  staging_in_ = PinnedBuffer((size_t)b.inputs, "top-k row parameters (host)");
 }
 
-void TopKSelector::reserve_inputs(size_t bytes) {
-  if (bytes <= inputs_capacity_) return;
-  const size_t cap = std::max(bytes, inputs_capacity_ + inputs_capacity_ / 2);
-  inputs_ = DeviceBuffer<unsigned char>(device_, cap, "top-k row parameters");
-  staging_in_ = PinnedBuffer(cap, "top-k row parameters (host)");
-  inputs_capacity_ = cap;
+int64_t TopKSelector::device_bytes() const {
+  return (int64_t)(chunk_top_.bytes() + chunk_stats_.bytes() + row_out_.bytes() + inputs_.bytes());
 }
 
 void TopKSelector::enqueue(const float* logits, const std::vector<TopKRow>& rows, cudaStream_t stream) {
@@ -131,18 +109,21 @@ void TopKSelector::enqueue(const float* logits, const std::vector<TopKRow>& rows
                                       "got {} after {}", r, vocab_real_, a.id, prev));
       prev = a.id;
     }
+    if (!fits(row))
+      throw KernelError(fmt::format("top-k selection: row {} has {} adjustments, the plan's buffers hold {}", r,
+                                    row.adjust.size(), adjust_per_row_));
     n_adjust += row.adjust.size();
   }
   const size_t ranges = (size_t)(n_chunks_ + 1);
   const size_t pen_bytes = (size_t)R * 3 * 4, range_bytes = (size_t)R * ranges * 4;
   const size_t bytes = pen_bytes + range_bytes + n_adjust * sizeof(runtime::LogitAdjust);
-  reserve_inputs(bytes);
+  if (bytes > inputs_.bytes()) throw KernelError("top-k selection: the row parameters do not fit the buffers");
 
   auto* base = static_cast<unsigned char*>(staging_in_.data());
   auto* pen = reinterpret_cast<float*>(base);
   auto* range = reinterpret_cast<int32_t*>(base + pen_bytes);
   auto* adj = reinterpret_cast<runtime::LogitAdjust*>(base + pen_bytes + range_bytes);
-  const int64_t chunk = chunk_ids();
+  const int64_t chunk = kernels::top_k_chunk_ids();
   size_t at = 0;  // global index of the next adjustment
   for (int64_t r = 0; r < R; ++r) {
     const TopKRow& row = rows[(size_t)r];

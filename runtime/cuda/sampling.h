@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/sampling.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/launch.h"
 #include "runtime/sampler.h"
@@ -26,7 +27,7 @@
 namespace qrig::cuda {
 
 // The most candidates per row the kernels select.
-constexpr int32_t kTopMax = 64;
+constexpr int32_t kTopMax = kernels::kTopMax;
 
 // One row of a selection: how many candidates, and the sampler's steps 2-3 for it.
 struct TopKRow {
@@ -41,20 +42,22 @@ TopKRow top_k_row(const runtime::Sampler& s, int32_t k);
 class TopKSelector {
  public:
   // Rows of vocab_rows logits (the row stride) of which the first vocab_real are real tokens; up to
-  // max_rows rows per enqueue(). Device buffers on `device`.
-  TopKSelector(const KernelLoader& load, int device, int64_t vocab_rows, int64_t vocab_real, int64_t max_rows);
+  // max_rows rows per enqueue(), each with at most adjust_per_row adjustments (what the plan sized the buffers
+  // for: kernels::top_k_buffers). variants: the chunk-select and row-merge kernels the plan names. Device
+  // buffers on `device`, exactly kernels::top_k_buffers(vocab_real, max_rows, adjust_per_row).total() bytes.
+  TopKSelector(const KernelLoader& load, const std::vector<std::string>& variants, int device, int64_t vocab_rows,
+               int64_t vocab_real, int64_t max_rows, int64_t adjust_per_row);
   TopKSelector(const TopKSelector&) = delete;
   TopKSelector& operator=(const TopKSelector&) = delete;
 
-  // The kernel variants the selector loads (a plan precompiles them; they do not depend on the vocabulary).
-  static std::vector<Variant> variants();
-  // Ids per chunk block (the chunk kernel's E * T).
-  static int64_t chunk_ids();
+  // Whether a row's adjustments fit the buffers (a row that does not is sampled on the host from its logits).
+  bool fits(const TopKRow& row) const { return (int64_t)row.adjust.size() <= adjust_per_row_; }
+  int64_t device_bytes() const;  // what the selector allocated on the device
 
   // Queues the selection of logits [rows.size()][vocab_rows] (device memory, 4-byte aligned, read only) on
   // `stream`: the upload of the rows' parameters, both kernels and the download of the results. Throws
-  // KernelError on bad arguments (row count, k, unsorted or out-of-range adjustments) and when the previous
-  // enqueue() was not collected.
+  // KernelError on bad arguments (row count, k, unsorted or out-of-range adjustments, a row that does not fit)
+  // and when the previous enqueue() was not collected.
   void enqueue(const float* logits, const std::vector<TopKRow>& rows, cudaStream_t stream);
   // Synchronises `stream` (the one given to enqueue) and returns per row its min(k, n_cand) best candidates
   // and statistics.
@@ -68,17 +71,14 @@ class TopKSelector {
   int64_t n_chunks() const { return n_chunks_; }
 
  private:
-  void reserve_inputs(size_t bytes);
-
   LoadedKernel chunk_kernel_, merge_kernel_;
   int device_;
-  int64_t vocab_rows_, vocab_real_, max_rows_, n_chunks_;
+  int64_t vocab_rows_, vocab_real_, max_rows_, adjust_per_row_, n_chunks_;
   DeviceBuffer<unsigned long long> chunk_top_;  // [max_rows][n_chunks][kTopMax]
   DeviceBuffer<unsigned char> chunk_stats_;     // [max_rows][n_chunks] chunk statistics (24 bytes each)
   DeviceBuffer<unsigned char> row_out_;         // [max_rows] row results
-  DeviceBuffer<unsigned char> inputs_;          // penalties, chunk ranges, adjustments (grows)
+  DeviceBuffer<unsigned char> inputs_;          // penalties, chunk ranges, adjustments
   PinnedBuffer staging_in_, staging_out_;
-  size_t inputs_capacity_ = 0;
   int64_t pending_rows_ = 0;
   std::vector<int32_t> pending_k_;
 };

@@ -1,70 +1,18 @@
-// Kernel variants: a template of templates/ plus a value for every one of its compile-time parameters, named
-// by a string that spells them all out (FlashInfer's habit), e.g. "gemv_q8_0_dp4a_k4096_r2_u4_t256". The
-// name is what plans carry and what the cubin cache is keyed by; parse_variant() turns it back into the
-// template and the -D options NVRTC compiles it with. The registry below is the list of templates.
+// The kernel library's variants as the CUDA runtime uses them (kernels/variant.h): it reads the variants a
+// plan names (their template, -D options and launch geometry) and never chooses one.
 #pragma once
 
-#include <cstdint>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
+#include "kernels/variant.h"
 
 namespace qrig::cuda {
 
-// A bad variant name or parameter, a missing template, an NVRTC failure, a cache failure.
-struct KernelError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// One compile-time parameter of a template: its key in variant names, the macro it sets, its valid range.
-struct TemplateParam {
-  const char* key;    // "k": appears as "_k4096" in names
-  const char* macro;  // "QRIG_K": passed as -DQRIG_K=4096
-  int64_t min, max;   // inclusive
-  int64_t multiple;   // the value must be a multiple of this
-  const char* doc;
-};
-
-struct TemplateInfo {
-  const char* kernel;  // entry point (extern "C") and variant-name prefix, e.g. "gemv_q8_0_dp4a"
-  const char* file;    // in templates/, e.g. "gemv_q8_0_dp4a.cu"
-  std::vector<TemplateParam> params;  // in name order; the last one is always the block size "t"
-  const char* doc;
-};
-
-// Every template of the default family (no tensor cores).
-const std::vector<TemplateInfo>& template_registry();
-const TemplateInfo* find_template_info(std::string_view kernel);
-
-struct Variant {
-  std::string name;    // canonical: kernel + "_" + key + value for every parameter, in order
-  std::string kernel;  // entry point symbol = template name
-  std::string file;    // template file in templates/
-  std::vector<std::pair<std::string, int64_t>> params;
-
-  int64_t param(std::string_view key) const;    // throws KernelError naming the variant and key
-  std::vector<std::string> defines() const;     // {"-DQRIG_K=4096", ...}
-  int64_t threads() const { return param("t"); }  // block size (every kernel has __launch_bounds__(t))
-  bool operator==(const Variant& o) const { return name == o.name; }
-  bool operator<(const Variant& o) const { return name < o.name; }
-};
-
-// Validates every value against the registry (range, multiple, all present, none extra) and builds the
-// canonical name. Throws KernelError saying what is wrong.
-Variant make_variant(std::string_view kernel, const std::vector<std::pair<std::string, int64_t>>& params);
-// The inverse of Variant::name: throws KernelError for unknown templates, missing, extra, reordered or
-// non-canonical parameters (so one variant has exactly one name, and one cache entry).
-Variant parse_variant(std::string_view name);
-
-// The variants of each template, with the block size the default family uses for a shape.
-// Rows of d floats; quant_planes > 0: also the output quantized for matmuls (1 or 2 planes, as quant_act_q8).
-Variant rmsnorm_f32_variant(int64_t d, int64_t quant_planes = 0);
-// planes: 1 = int8 activations (q), 2 = q + the residual's int8 plane q2 (x = d*(q + q2/254), ~15 bits).
-Variant quant_act_q8_variant(int64_t planes);           // activation rows -> int8 + f32 scale per 32
-Variant gemv_q8_0_variant(int64_t k, int64_t planes);   // Q8_0 [n][k] x int8 [k], decode
-Variant gemv_q8_0_variant(int64_t k, int64_t planes, int64_t rows_per_warp, int64_t unroll, int64_t threads);
-Variant embed_q8_0_variant(int64_t d);                  // Q8_0 rows of d values -> f32
+using kernels::find_template_info;
+using kernels::KernelError;
+using kernels::make_variant;
+using kernels::parse_variant;
+using kernels::template_registry;
+using kernels::TemplateInfo;
+using kernels::TemplateParam;
+using kernels::Variant;
 
 }  // namespace qrig::cuda

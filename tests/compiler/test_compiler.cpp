@@ -114,7 +114,8 @@ TEST_CASE("lowered graph and plan round-trip through their text forms", "[compil
   CHECK(back.to_toml() == plan.to_toml());
   CHECK(ir::print(back.graph) == text);
   CHECK(back.backend == "cpu");
-  CHECK(back.kv_dtype == "f32");
+  CHECK(back.k_dtype == "f32");
+  CHECK(back.v_dtype == "f32");
   CHECK(back.vocab_real == 1033);  // PAD rows excluded
   CHECK(back.model_size == (int64_t)f.file_size());
   // A hand-broken plan is refused with the file named.
@@ -132,13 +133,19 @@ TEST_CASE("passes decide per rig", "[compiler]") {
   CHECK(cmp.backend == "cuda");
   CHECK(cmp.arch_target == "sm_70");
   CHECK(cmp.kernel_family == "dp4a");
-  CHECK(cmp.kv_dtype == "f16");
+  CHECK(cmp.k_dtype == "f16");
+  CHECK(cmp.v_dtype == "f16");
   REQUIRE(cmp.placement.size() == 4);
   CHECK(cmp.placement.front().first_layer == 0);
   CHECK(cmp.placement.back().last_layer == 7);
   for (size_t k = 1; k < 4; ++k) CHECK(cmp.placement[k].first_layer == cmp.placement[k - 1].last_layer + 1);
+  int caches = 0;
   for (const auto& st : cmp.graph.states)
-    if (st.name.rfind("kv.", 0) == 0) CHECK(st.type.dtype == ir::DType::f16);
+    if (st.name.rfind("k.", 0) == 0 || st.name.rfind("v.", 0) == 0) {
+      CHECK(st.type.dtype == ir::DType::f16);
+      ++caches;
+    }
+  CHECK(caches == 4);  // keys and values of the two attention layers
   CHECK(cmp.device_sms == 68);  // the CMP preset's SM count: tilings and KV splits are chosen for it
   compiler::CompileOptions one;
   one.max_gpus = 1;  // what the single-GPU runtime asks for when it compiles implicitly

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "runtime/cuda/attention.h"
+#include "tests/cuda/kernel_sets.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/ptx_scan.h"
 #include "tests/cuda/compiled_checks.h"
@@ -21,6 +22,7 @@
 
 using namespace qrig;
 using namespace qrig::cuda;
+using namespace qrig::kernels;
 
 namespace {
 
@@ -92,15 +94,17 @@ TEST_CASE("attention workspace bound and run() argument checks (no GPU: they thr
     return LoadedKernel{v, Kernel{}};
   };
   const AttentionDims d{16, 4, 256};
-  const AttentionKernels k(fake, d, 65536, 132);
-  CHECK(asked.size() == 4);
+  const AttentionKernels k = test::attention_kernels(fake, d, 65536, 132);
+  CHECK(asked.size() == 6);  // three ranges (decode 1, decode 2, prefill), each its kernel and the merge
+  const AttentionCtas ctas = test::attention_choice(d, 65536, 132).ctas;
+  auto ws = [&](int64_t max_t) { return attention_workspace_bytes(d, ctas, 65536, max_t); };
   // Decode: 2 x 132 SMs or more CTAs over 4 KV heads -> >= 66 splits of (T = 1) x 16 heads x 256 floats.
-  CHECK(k.workspace_bytes(1) >= 66 * 16 * 256 * 4);
-  CHECK(k.workspace_bytes(2) >= k.workspace_bytes(1));
+  CHECK(ws(1) >= 66 * 16 * 256 * 4);
+  CHECK(ws(2) >= ws(1));
   // A bound over every T up to max_t: never smaller for a larger max_t, and finite for long prompts.
-  CHECK(k.workspace_bytes(512) >= k.workspace_bytes(64));
-  CHECK(k.workspace_bytes(4096) < ((size_t)1 << 31));
-  CHECK_THROWS_AS(k.workspace_bytes(0), KernelError);
+  CHECK(ws(512) >= ws(64));
+  CHECK(ws(4096) < ((int64_t)1 << 31));
+  CHECK_THROWS_AS(ws(0), KernelError);
 
   alignas(256) static float buf[64];
   alignas(256) static uint16_t cache[64];
@@ -129,12 +133,12 @@ TEST_CASE("attention workspace bound and run() argument checks (no GPU: they thr
       return LoadedKernel{make_variant("attn_prefill", {{"d", 256}, {"g", 2}, {"h", 1}, {"t", 128}}), Kernel{}};
     return LoadedKernel{v, Kernel{}};
   };
-  CHECK_THROWS_AS(AttentionKernels(wrong, d, 4096, 132), KernelError);
+  CHECK_THROWS_AS(test::attention_kernels(wrong, d, 4096, 132), KernelError);
   // ... but the fp32 P.V prefill of the right dims is accepted (rigs whose HFMA2 is slow).
   const KernelLoader fp32 = [&](const Variant& v) {
     if (v.kernel == "attn_prefill")
       return LoadedKernel{make_variant("attn_prefill", {{"d", 256}, {"g", 4}, {"h", 0}, {"t", 128}}), Kernel{}};
     return LoadedKernel{v, Kernel{}};
   };
-  CHECK_NOTHROW(AttentionKernels(fp32, d, 4096, 132));
+  CHECK_NOTHROW(test::attention_kernels(fp32, d, 4096, 132));
 }

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "runtime/cuda/gdn.h"
+#include "tests/cuda/kernel_sets.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/ptx_scan.h"
 #include "tests/cuda/compiled_checks.h"
@@ -17,6 +18,7 @@
 
 using namespace qrig;
 using namespace qrig::cuda;
+using namespace qrig::kernels;
 
 namespace {
 
@@ -68,27 +70,30 @@ TEST_CASE("gdn workspace size and run() argument checks (no GPU: they throw befo
     return LoadedKernel{v, Kernel{}};
   };
   const GdnDims d{16, 32, 128, 128};
-  const GdnKernels k(fake, d, 64);
-  CHECK(asked.size() == 3);
-  CHECK(k.workspace_bytes(0) == 0);
+  const GdnKernels k = test::gdn_kernels(fake, d, 64);
+  CHECK(asked.size() == 3);  // recurrent below 64 tokens, the chunked pair from there
+  CHECK(k.recurrent_for(63));
+  CHECK(!k.recurrent_for(64));
+  CHECK(gdn_workspace_bytes(d, 64, 0) == 0);
   // Per (value head, chunk): W 64x128, U 64x128, P 64x64, fq/fk/e_last 3x64 (padded) floats.
-  const size_t per = 64 * (128 + 128 + 64 + 4) * 4;
-  CHECK(k.workspace_bytes(1) == 32 * per);
-  CHECK(k.workspace_bytes(64) == 32 * per);
-  CHECK(k.workspace_bytes(65) == 2 * 32 * per);
-  CHECK(k.workspace_bytes(4096) == 64 * 32 * per);
+  const int64_t per = 64 * (128 + 128 + 64 + 4) * 4;
+  CHECK(gdn_workspace_bytes(d, 64, 1) == 32 * per);
+  CHECK(gdn_workspace_bytes(d, 64, 64) == 32 * per);
+  CHECK(gdn_workspace_bytes(d, 64, 65) == 2 * 32 * per);
+  CHECK(gdn_workspace_bytes(d, 64, 4096) == 64 * 32 * per);
 
   alignas(256) static float buf[64];
   float* p = buf;
   cudaStream_t s = nullptr;
-  CHECK_NOTHROW(k.run(p, p, p, p, p, 0, p, p, true, nullptr, s));  // no tokens: nothing to do
-  CHECK_THROWS_AS(k.run(p, p, p, p, p, -1, p, p, true, nullptr, s), KernelError);
-  CHECK_THROWS_AS(k.run(nullptr, p, p, p, p, 1, p, p, true, nullptr, s), KernelError);
-  CHECK_THROWS_AS(k.run(p + 1, p, p, p, p, 1, p, p, true, nullptr, s), KernelError);  // mixed misaligned
-  CHECK_THROWS_AS(k.run(p, p, p, p, p, 1, p + 2, p, true, nullptr, s), KernelError);  // state misaligned
-  CHECK_THROWS_AS(k.run(p, p, p, p, p, 1, p, p + 1, true, nullptr, s), KernelError);  // out misaligned
-  CHECK_THROWS_AS(k.run(p, p, p, p, p, 5, p, p, false, nullptr, s), KernelError);     // chunked needs workspace
-  CHECK_THROWS_AS(k.run(p, p, p, p, p, 5, p, p, false, p + 4, s), KernelError);       // not 256-byte aligned
+  CHECK_NOTHROW(k.run(p, p, p, p, p, 0, p, p, nullptr, s));  // no tokens: nothing to do
+  CHECK_THROWS_AS(k.run(p, p, p, p, p, -1, p, p, nullptr, s), KernelError);
+  CHECK_THROWS_AS(k.run(nullptr, p, p, p, p, 1, p, p, nullptr, s), KernelError);
+  CHECK_THROWS_AS(k.run(p + 1, p, p, p, p, 1, p, p, nullptr, s), KernelError);  // mixed misaligned
+  CHECK_THROWS_AS(k.run(p, p, p, p, p, 1, p + 2, p, nullptr, s), KernelError);  // state misaligned
+  CHECK_THROWS_AS(k.run(p, p, p, p, p, 1, p, p + 1, nullptr, s), KernelError);  // out misaligned
+  CHECK_THROWS_AS(k.run(p, p, p, p, p, 65, p, p, nullptr, s), KernelError);     // chunked needs workspace
+  CHECK_THROWS_AS(k.run(p, p, p, p, p, 65, p, p, p + 4, s), KernelError);       // not 256-byte aligned
+  CHECK_THROWS_AS(k.run(p, p, p, p, p, 70000, p, p, p, s), KernelError);        // beyond the plan's ranges
 
   // A loader handing back a variant of other dims or another template is caught at construction.
   const KernelLoader wrong = [&](const Variant& v) {
@@ -97,19 +102,19 @@ TEST_CASE("gdn workspace size and run() argument checks (no GPU: they throw befo
                           Kernel{}};
     return LoadedKernel{v, Kernel{}};
   };
-  CHECK_THROWS_AS(GdnKernels(wrong, d, 64), KernelError);
+  CHECK_THROWS_AS(test::gdn_kernels(wrong, d, 64), KernelError);
   const KernelLoader bad_tiling = [&](const Variant& v) {
     if (v.kernel == "gdn_chunk_scan")  // 32 row groups: 2 chunk rows per thread
       return LoadedKernel{make_variant("gdn_chunk_scan", {{"dk", 128}, {"dv", 128}, {"c", 64}, {"ct", 8}, {"t", 256}}),
                           Kernel{}};
     return LoadedKernel{v, Kernel{}};
   };
-  CHECK_THROWS_AS(GdnKernels(bad_tiling, d, 64), KernelError);
+  CHECK_THROWS_AS(test::gdn_kernels(bad_tiling, d, 64), KernelError);
   const KernelLoader too_much_smem = [&](const Variant& v) {
     if (v.kernel == "gdn_chunk_scan")  // 32 columns of 128 state rows + the 64 x 132 tile: over 48 KiB
       return LoadedKernel{make_variant("gdn_chunk_scan", {{"dk", 128}, {"dv", 128}, {"c", 64}, {"ct", 32}, {"t", 256}}),
                           Kernel{}};
     return LoadedKernel{v, Kernel{}};
   };
-  CHECK_THROWS_AS(GdnKernels(too_much_smem, d, 64), KernelError);
+  CHECK_THROWS_AS(test::gdn_kernels(too_much_smem, d, 64), KernelError);
 }

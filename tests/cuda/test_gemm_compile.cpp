@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/matmul.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/ptx_scan.h"
@@ -20,6 +21,7 @@
 
 using namespace qrig;
 using namespace qrig::cuda;
+using namespace qrig::kernels;
 
 namespace {
 
@@ -80,7 +82,7 @@ TEST_CASE("matmul_q8_0 picks one listed variant for every T: GEMV, skinny, tiled
           CHECK(v.param("p") == planes);
           if (T == 1) {
             CHECK(v.kernel == "gemv_q8_0_dp4a");
-          } else if (T <= kSkinnyMaxT) {
+          } else if (T <= default_tuning(90).matmul.skinny_max_rows) {
             CHECK(v.kernel == "gemm_q8_0_dp4a_skinny");
             CHECK(v.param("c") >= T);
           } else {
@@ -133,7 +135,7 @@ TEST_CASE("matmul_q8_0 picks one listed variant for every T: GEMV, skinny, tiled
 }
 
 TEST_CASE("a matmul serving only T >= min_t lists and loads only the variants those T use", "[cuda][gemm]") {
-  // The executor's one-plane matmuls run above plan.precise_rows rows: no GEMV or small skinny kernel for them.
+  // One-plane matmuls run above plan.precise_rows rows: no GEMV or small skinny kernel for them.
   const int64_t k = 4096, n = 12288, max_t = 512, min_t = 5;
   const std::vector<Variant> vs = matmul_q8_0_variants(k, n, max_t, 132, 1, min_t);
   std::set<std::string> want;
@@ -147,11 +149,15 @@ TEST_CASE("a matmul serving only T >= min_t lists and loads only the variants th
     loaded.push_back(v.name);
     return LoadedKernel{v, {}};
   };
-  const MatmulQ8 mm(load, k, n, max_t, 132, 1, min_t);
+  std::vector<ir::LaunchRange> ranges;  // what a plan's kernel attribute says for these rows
+  for (const auto& r : choose_matmul_q8_0(k, n, min_t, max_t, 132, 1, default_tuning(90).matmul))
+    ranges.push_back({r.first, r.last, {{r.parts[0][0].name}}});
+  const MatmulKernels mm(load, ranges);
   CHECK(std::set<std::string>(loaded.begin(), loaded.end()) == want);
-  for (int64_t T : {min_t, (int64_t)16, (int64_t)17, max_t}) CHECK(mm.variant_for(T) == matmul_q8_0_choice(k, n, T, 132, 1));
-  CHECK_THROWS_AS(mm.variant_for(min_t - 1), KernelError);
-  CHECK_THROWS_AS(mm.variant_for(max_t + 1), KernelError);
+  for (int64_t T : {min_t, (int64_t)16, (int64_t)17, max_t})
+    CHECK(mm.kernel_for(T).variant == matmul_q8_0_choice(k, n, T, 132, 1));
+  CHECK_THROWS_AS(mm.kernel_for(min_t - 1), KernelError);
+  CHECK_THROWS_AS(mm.kernel_for(max_t + 1), KernelError);
   CHECK_THROWS_AS(matmul_q8_0_variants(k, n, 4, 132, 1, 5), KernelError);  // an empty range
 }
 

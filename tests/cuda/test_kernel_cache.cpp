@@ -10,10 +10,13 @@
 
 #include "runtime/cuda/kernel_cache.h"
 #include "runtime/cuda/nvrtc.h"
+#include "kernels/matmul.h"
+#include "kernels/pointwise.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace qrig;
 using namespace qrig::cuda;
+using namespace qrig::kernels;
 namespace fs = std::filesystem;
 
 namespace {

@@ -12,20 +12,23 @@
 #include "runtime/cuda/pointwise.h"
 #include "runtime/cuda/sampling.h"
 #include "runtime/cuda/templates.h"
+#include "kernels/pointwise.h"
+#include "kernels/sampling.h"
 #include "tests/cuda/compiled_checks.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace qrig;
 using namespace qrig::cuda;
+using namespace qrig::kernels;
 
 TEST_CASE("top-k selection variants compile for every CI arch; the sm_70 feature set is sm_70-only",
           "[cuda][sampling]") {
-  const auto vs = TopKSelector::variants();
+  const auto vs = top_k_variants();
   REQUIRE(vs.size() == 2);
   CHECK(vs[0].name == "topk_chunk_f32_e8_t256");
   CHECK(vs[1].name == "topk_merge_f32_t1024");
   for (const Variant& v : vs) CHECK(parse_variant(v.name) == v);
-  CHECK(TopKSelector::chunk_ids() == 2048);
+  CHECK(top_k_chunk_ids() == 2048);
 
   std::vector<test::CompileJob> jobs;
   for (const Variant& v : vs)
@@ -48,9 +51,9 @@ TEST_CASE("top-k selection variants compile for every CI arch; the sm_70 feature
 TEST_CASE("every CUDA plan precompiles the top-k selection kernels", "[cuda][sampling]") {
   for (const std::string rig : {"h200", "cmp-100-210-x4"}) {
     INFO(rig);
-    const PlanKernels pk = plan_kernels(test::preset_plan("tiny", rig));
-    for (const Variant& v : TopKSelector::variants())
-      CHECK(std::any_of(pk.variants.begin(), pk.variants.end(), [&](const Variant& x) { return x.name == v.name; }));
+    const std::vector<Variant> pk = plan_kernels(test::preset_plan("tiny", rig));
+    for (const Variant& v : top_k_variants())
+      CHECK(std::any_of(pk.begin(), pk.end(), [&](const Variant& x) { return x.name == v.name; }));
   }
 }
 
@@ -60,11 +63,17 @@ TEST_CASE("top-k selection argument checks (no GPU: they throw before any alloca
     asked.push_back(v.name);
     return LoadedKernel{v, Kernel{}};
   };
-  CHECK_THROWS_AS(TopKSelector(fake, 0, 1000, 1001, 4), KernelError);  // more real ids than rows
-  CHECK_THROWS_AS(TopKSelector(fake, 0, 1000, 0, 4), KernelError);
-  CHECK_THROWS_AS(TopKSelector(fake, 0, 1000, 1000, 0), KernelError);
-  CHECK_THROWS_AS(TopKSelector(fake, 0, 1000, 1000, 70000), KernelError);
+  std::vector<std::string> names;
+  for (const Variant& v : top_k_variants()) names.push_back(v.name);
+  CHECK_THROWS_AS(TopKSelector(fake, names, 0, 1000, 1001, 4, 64), KernelError);  // more real ids than rows
+  CHECK_THROWS_AS(TopKSelector(fake, names, 0, 1000, 0, 4, 64), KernelError);
+  CHECK_THROWS_AS(TopKSelector(fake, names, 0, 1000, 1000, 0, 64), KernelError);
+  CHECK_THROWS_AS(TopKSelector(fake, names, 0, 1000, 1000, 70000, 64), KernelError);
+  CHECK_THROWS_AS(TopKSelector(fake, names, 0, 1000, 1000, 4, -1), KernelError);
+  CHECK_THROWS_AS(TopKSelector(fake, {names[0]}, 0, 1000, 1000, 4, 64), KernelError);  // the merge is missing
   CHECK(asked.empty());
   const KernelLoader wrong = [&](const Variant&) { return LoadedKernel{argmax_f32_variant(), Kernel{}}; };
-  CHECK_THROWS_AS(TopKSelector(wrong, 0, 1000, 1000, 4), KernelError);
+  CHECK_THROWS_AS(TopKSelector(wrong, names, 0, 1000, 1000, 4, 64), KernelError);
+  // Another chunk size than the buffers are sized for.
+  CHECK_THROWS_AS(TopKSelector(fake, {"topk_chunk_f32_e4_t256", names[1]}, 0, 1000, 1000, 4, 64), KernelError);
 }

@@ -63,7 +63,7 @@ for p in "${presets[@]}"; do
     run "bench_${p}_depth" "$qrig" bench "$models/plan-$p" -p 0 -n 128 -d "$depth" -r "$reps" --json "$out/bench_${p}_depth.json"
   fi
   if [[ "${QRIG_BENCH_COMPARE:-0}" == 1 ]]; then  # decode without CUDA graphs; a --precise plan
-    run "bench_${p}_nographs" env QRIG_CUDA_GRAPHS=0 "$qrig" bench "$models/plan-$p" -p 0 -n 128 -r "$reps"
+    run "bench_${p}_nographs" "$qrig" bench "$models/plan-$p" -p 0 -n 128 -r "$reps" --no-cuda-graphs
     run "compile_${p}_precise" "$qrig" compile "$gguf" --rig "$rig" --ctx 5120 --parallel 1 --precise -o "$models/plan-$p-precise" &&
       run "bench_${p}_precise" "$qrig" bench "$models/plan-$p-precise" -p 512,4096 -n 128 -r "$reps"
   fi

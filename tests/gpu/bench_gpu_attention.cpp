@@ -59,8 +59,9 @@ Row bench_one(const char* dims_name, const AttentionDims& d, int64_t T, int64_t 
   DeviceBuffer<float> q(0, (size_t)(T * qrow), "q"), qg(0, (size_t)(T * 2 * qrow), "q|gate"), out(0, (size_t)(T * qrow), "out");
   q.upload(randn(q.size(), 12));
   qg.upload(randn(qg.size(), 13));
-  const AttentionKernels ak(loader(half), d, ctx, g.info.sms);
-  DeviceBuffer<char> ws(0, std::max<size_t>(256, ak.workspace_bytes(T)), "workspace");
+  const AttentionKernels ak = attention_kernels(loader(half), d, ctx, g.info.sms, std::max<int64_t>(T, 4096));
+  const int64_t ws_bytes = attention_workspace_bytes(d, attention_choice(d, ctx, g.info.sms).ctas, ctx, T);
+  DeviceBuffer<char> ws(0, (size_t)std::max<int64_t>(256, ws_bytes), "workspace");
   auto call = [&](int i) {
     const size_t off = (size_t)(i % copies) * cache_elems;
     ak.run(q.data(), kc.data() + off, vc.data() + off, T, pos0, 0.0625f, qg.data() + d.hd, 2 * qrow, 2 * d.hd,

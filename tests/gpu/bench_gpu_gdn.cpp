@@ -82,7 +82,7 @@ TEST_CASE("gdn time per call at 9B and 27B dims", "[.bench][gdn]") {
       const int iters = recurrent ? std::max(copies, 400) : (T >= 1024 ? 20 : 100);
       auto call = [&](int i) {
         k.run(dmixed.data(), dalpha.data(), dbeta.data(), dssm_a.data(), ddt.data(), T,
-              states[(size_t)(i % copies)].data(), out.data(), recurrent, ws, g.stream.get());
+              states[(size_t)(i % copies)].data(), out.data(), ws, g.stream.get());
       };
       for (int i = 0; i < std::min(copies, 8); ++i) call(i);
       Event e0(0), e1(0);
@@ -99,7 +99,8 @@ TEST_CASE("gdn time per call at 9B and 27B dims", "[.bench][gdn]") {
       scan_tilings.insert(scan_tilings.end(), {{16, 128}, {8, 128}, {8, 64}});
     }
     for (const Tiling& rt : rec_tilings) {
-      const GdnKernels k(loader_with(d, chunk, rt, {0, 0}), d, chunk);
+      // Every length on the recurrent kernel (a recurrent_below above them all).
+      const GdnKernels k = gdn_kernels(loader_with(d, chunk, rt, {0, 0}), d, chunk, max_t, max_t + 1);
       const std::string name = rt.a ? fmt::format("gdn_recurrent cw{} t{}", rt.a, rt.t)
                                     : gdn_variants(d, chunk)[0].name + " (default)";
       const std::vector<int64_t> lengths =
@@ -110,8 +111,9 @@ TEST_CASE("gdn time per call at 9B and 27B dims", "[.bench][gdn]") {
       }
     }
     for (const Tiling& st : scan_tilings) {
-      const GdnKernels k(loader_with(d, chunk, {0, 0}, st), d, chunk);
-      DeviceBuffer<char> ws(0, k.workspace_bytes(max_t), "gdn workspace");
+      // Every length on the chunked pair (recurrent_below 1).
+      const GdnKernels k = gdn_kernels(loader_with(d, chunk, {0, 0}, st), d, chunk, max_t, 1);
+      DeviceBuffer<char> ws(0, (size_t)gdn_workspace_bytes(d, chunk, max_t), "gdn workspace");
       const std::string name = st.a ? fmt::format("prep + gdn_chunk_scan ct{} t{}", st.a, st.t)
                                     : gdn_variants(d, chunk)[1].name + " + " + gdn_variants(d, chunk)[2].name + " (default)";
       const std::vector<int64_t> lengths =

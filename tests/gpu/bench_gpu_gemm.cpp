@@ -1,5 +1,5 @@
 // Micro-benchmark of the Q8_0 x int8 GEMM at 9B shapes (hidden: run with `qrig_tests_gpu "[bench]"`):
-// MatmulQ8::run, i.e. the kernel the executor launches, for T = 1 .. 4096 activation rows, with one and two
+// PlanMatmul::run, i.e. the kernel the executor launches, for T = 1 .. 4096 activation rows, with one and two
 // activation planes ($QRIG_BENCH_PLANES, default "1,2"); int8 TOPS counted per plane-1 product
 // (2 * T * n * k / time: a two-plane run does twice the dp4a for the same TOPS figure) and % of the dp4a peak (H200: 132 SMs x 64 dp4a/clk x 8 ops x 1.98 GHz = 133 TOPS;
 // $QRIG_PEAK_TOPS overrides). Time per launch with CUDA events over back-to-back launches cycling through
@@ -138,7 +138,7 @@ std::string header(const char* title) {
 
 }  // namespace
 
-TEST_CASE("Q8_0 GEMM throughput at 9B shapes (MatmulQ8::run)", "[.bench]") {
+TEST_CASE("Q8_0 GEMM throughput at 9B shapes (PlanMatmul::run)", "[.bench]") {
   Gpu& g = Gpu::get();
   const int64_t max_t = kTs.back();
   const std::vector<int64_t> planes_list = planes_from_env("QRIG_BENCH_PLANES");
@@ -147,13 +147,13 @@ TEST_CASE("Q8_0 GEMM throughput at 9B shapes (MatmulQ8::run)", "[.bench]") {
     for (const Shape& s : kShapes)
       for (const Variant& v : matmul_q8_0_variants(s.k, s.n, max_t, g.info.sms, planes)) all.push_back(v);
   precompile(all);
-  std::string out = header("Q8_0 x int8 GEMM, MatmulQ8::run") +
+  std::string out = header("Q8_0 x int8 GEMM, PlanMatmul::run") +
                     "| shape | planes | T | kernel | us | TOPS | % of peak | tokens/s |\n"
                     "|---|---|---|---|---|---|---|---|\n";
   for (const Shape& s : kShapes) {
     Bench b(s, max_t);
     for (const int64_t planes : planes_list) {
-      const MatmulQ8 mm([&](const Variant& v) { return g.load(v); }, s.k, s.n, max_t, g.info.sms, planes);
+      const PlanMatmul mm([&](const Variant& v) { return g.load(v); }, s.k, s.n, max_t, g.info.sms, planes);
       for (const int64_t T : kTs) {
         const double us = b.time_us([&](const Q8Matrix& w, cudaStream_t st) {
           mm.run(w, b.xq.data(), b.xd.data(), b.xq2.data(), T, b.y.data(), st);

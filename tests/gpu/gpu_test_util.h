@@ -19,10 +19,25 @@
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/launch.h"
 #include "runtime/cuda/nvrtc.h"
+#include "kernels/attention.h"
+#include "kernels/gdn.h"
+#include "kernels/matmul.h"
+#include "kernels/pointwise.h"
+#include "kernels/sampling.h"
 #include "runtime/cuda/q8_layout.h"
+#include "tests/cuda/kernel_sets.h"
 #include "tests/runtime/cpu_test_util.h"
 
 namespace qrig::cuda::gputest {
+
+// The kernel library's variants and choices, and the kernel sets built from them as a plan builds them.
+using namespace qrig::kernels;
+using qrig::cuda::test::attention_choice;
+using qrig::cuda::test::attention_kernels;
+using qrig::cuda::test::gdn_kernels;
+using qrig::cuda::test::launch_ranges;
+using qrig::cuda::test::matmul_kernels;
+using qrig::cuda::test::PlanMatmul;
 
 using cpu::test::rel_err;
 

@@ -60,20 +60,21 @@ cpu::GdnShape shape(const GdnDims& d) { return {d.Hk, d.Hv, d.dk, d.dv}; }
 struct GpuGdn {
   const Inputs& in;
   int64_t chunk;
-  GdnKernels k;
+  GdnKernels rec, chunked;  // every length on the recurrent kernel, and on the chunked pair
   DeviceBuffer<float> mixed, alpha, beta, ssm_a, dt_bias, state, ws;
 
   GpuGdn(const Inputs& in_, int64_t chunk_ = 64)
       : in(in_),
         chunk(chunk_),
-        k([](const Variant& v) { return Gpu::get().load(v); }, in_.d, chunk_),
+        rec(gdn_kernels([](const Variant& v) { return Gpu::get().load(v); }, in_.d, chunk_, 1 << 16, (1 << 16) + 1)),
+        chunked(gdn_kernels([](const Variant& v) { return Gpu::get().load(v); }, in_.d, chunk_, 1 << 16, 1)),
         mixed(0, in_.mixed.size(), "gdn mixed"),
         alpha(0, in_.alpha.size(), "gdn alpha"),
         beta(0, in_.beta.size(), "gdn beta"),
         ssm_a(0, in_.ssm_a.size(), "gdn ssm_a"),
         dt_bias(0, in_.dt_bias.size(), "gdn dt_bias"),
         state(0, in_.state0.size(), "gdn state"),
-        ws(0, std::max<size_t>(1, k.workspace_bytes(in_.T) / 4), "gdn workspace") {
+        ws(0, std::max<size_t>(1, (size_t)gdn_workspace_bytes(in_.d, chunk_, in_.T) / 4), "gdn workspace") {
     mixed.upload(in.mixed);
     alpha.upload(in.alpha);
     beta.upload(in.beta);
@@ -85,8 +86,9 @@ struct GpuGdn {
     Gpu& g = Gpu::get();
     auto out = poisoned_device(in.out_size(n), "gdn out");
     ws.fill_bytes(0xFF);
-    k.run(mixed.data() + t0 * in.conv(), alpha.data() + t0 * in.d.Hv, beta.data() + t0 * in.d.Hv, ssm_a.data(),
-          dt_bias.data(), n, state.data(), out.data(), recurrent, ws.data(), g.stream.get());
+    (recurrent ? rec : chunked)
+        .run(mixed.data() + t0 * in.conv(), alpha.data() + t0 * in.d.Hv, beta.data() + t0 * in.d.Hv, ssm_a.data(),
+             dt_bias.data(), n, state.data(), out.data(), ws.data(), g.stream.get());
     g.stream.sync(recurrent ? "gdn recurrent" : "gdn chunked");
     return out.download();
   }

@@ -1,4 +1,4 @@
-// The Q8_0 x int8 GEMM (gemm.h: MatmulQ8 and both templates, every tiling, one and two activation planes)
+// The Q8_0 x int8 GEMM (gemm.h: PlanMatmul and both templates, every tiling, one and two activation planes)
 // against cpu::matmul on the GPU, on fresh random inputs, outputs poisoned with NaN first. Error = max|gpu -
 // cpu| / max|cpu| over the compared outputs (cpu::test::rel_err). Thresholds:
 //   2e-5  vs cpu::matmul on the same Q8_0 weights and the SAME quantized activation (host-quantized,
@@ -8,7 +8,7 @@
 //         tests/gpu/test_gpu_kernels.cpp)
 //   2e-2  vs cpu::matmul on the float activation, one int8 plane: the quantization (a step of amax/127 per
 //         32 values) leaves ~0.5% relative noise
-//   1e-4  the same with two planes (the residual on the step amax/127/254): ~250x less; MatmulQ8 checks of
+//   1e-4  the same with two planes (the residual on the step amax/127/254): ~250x less; PlanMatmul checks of
 //         at least 256 outputs also require the two-plane error to be below 1/20 of the one-plane error on
 //         the same inputs (fewer outputs: the one-plane maximum may be small by chance)
 // At the 9B shapes the reference covers a strided subset of the weight rows (all tokens): a full CPU matmul of
@@ -135,11 +135,11 @@ double check_errors(const std::string& kernel, const std::string& shape, int64_t
   return f;
 }
 
-// MatmulQ8 for each T against the references on every `stride`-th row; returns nothing, CHECKs and reports.
-// With two planes each T also runs the one-plane MatmulQ8 `mm1` (when given) on the same inputs, whose error
+// PlanMatmul for each T against the references on every `stride`-th row; returns nothing, CHECKs and reports.
+// With two planes each T also runs the one-plane PlanMatmul `mm1` (when given) on the same inputs, whose error
 // vs the float activation must be 20x the two-plane one at least (over 256 outputs or more).
-void check_matmul(const Q8Test& w, const MatmulQ8& mm, const std::vector<int64_t>& Ts, uint64_t seed, int64_t stride,
-                  const MatmulQ8* mm1 = nullptr) {
+void check_matmul(const Q8Test& w, const PlanMatmul& mm, const std::vector<int64_t>& Ts, uint64_t seed, int64_t stride,
+                  const PlanMatmul* mm1 = nullptr) {
   const std::vector<int64_t> rows = rows_of(w.rows, stride);
   const int64_t planes = mm.planes();
   for (const int64_t T : Ts) {
@@ -167,13 +167,13 @@ void check_matmul(const Q8Test& w, const MatmulQ8& mm, const std::vector<int64_t
 
 }  // namespace
 
-TEST_CASE("MatmulQ8 matches cpu::matmul for every T kind at edge sizes, one and two planes", "[gpu][short]") {
+TEST_CASE("PlanMatmul matches cpu::matmul for every T kind at edge sizes, one and two planes", "[gpu][short]") {
   Gpu& g = Gpu::get();
   const std::vector<int64_t> Ts = {1, 2, 3, 7, 16, 33, 64, 128, 257, 512};
   for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{{256, 4}, {256, 48}, {256, 96}, {256, 1033}, {96, 33}}) {
     const Q8Test w(n, k, 100 + (uint64_t)n);
-    const MatmulQ8 mm1(gpu_loader(), k, n, 512, g.info.sms, 1);
-    const MatmulQ8 mm2(gpu_loader(), k, n, 512, g.info.sms, 2);
+    const PlanMatmul mm1(gpu_loader(), k, n, 512, g.info.sms, 1);
+    const PlanMatmul mm2(gpu_loader(), k, n, 512, g.info.sms, 2);
     check_matmul(w, mm1, Ts, 1000 + (uint64_t)n, 1);
     check_matmul(w, mm2, Ts, 1000 + (uint64_t)n, 1, &mm1);
   }
@@ -268,30 +268,30 @@ TEST_CASE("the GEMM launchers refuse bad shapes and arguments", "[gpu][short]") 
   CHECK_THROWS_AS(launch_gemm_q8_0_skinny(skinny2, w.device(), q, d, q2 + 8, 2, y.data(), s), KernelError);
   CHECK_NOTHROW(launch_gemm_q8_0_tiled(tiled, w.device(), q, d, nullptr, 2, y.data(), s));
   CHECK_NOTHROW(launch_gemm_q8_0_skinny(skinny, w.device(), q, d, nullptr, 2, y.data(), s));
-  const MatmulQ8 mm(gpu_loader(), 64, 64, 4, g.info.sms, 1);
+  const PlanMatmul mm(gpu_loader(), 64, 64, 4, g.info.sms, 1);
   CHECK_THROWS_AS(mm.run(w.device(), q, d, nullptr, 5, y.data(), s), KernelError);
   CHECK_THROWS_AS(mm.run(w.device(), q, d, nullptr, 0, y.data(), s), KernelError);
   Q8Matrix wrong = w.device();
   wrong.rows = 32;
   CHECK_THROWS_AS(mm.run(wrong, q, d, nullptr, 2, y.data(), s), KernelError);
-  const MatmulQ8 mm2(gpu_loader(), 64, 64, 4, g.info.sms, 2);
+  const PlanMatmul mm2(gpu_loader(), 64, 64, 4, g.info.sms, 2);
   for (int64_t T = 1; T <= 4; ++T) CHECK_THROWS_AS(mm2.run(w.device(), q, d, nullptr, T, y.data(), s), KernelError);
-  CHECK_THROWS_AS(MatmulQ8(gpu_loader(), 64, 64, 4, g.info.sms, 3), KernelError);
+  CHECK_THROWS_AS(PlanMatmul(gpu_loader(), 64, 64, 4, g.info.sms, 3), KernelError);
   g.stream.sync("refused launches");
 }
 
-TEST_CASE("MatmulQ8 matches cpu::matmul at 9B and 27B shapes, one and two planes; deterministic, T-invariant", "[gpu]") {
+TEST_CASE("PlanMatmul matches cpu::matmul at 9B and 27B shapes, one and two planes; deterministic, T-invariant", "[gpu]") {
   Gpu& g = Gpu::get();
   {
     const Q8Test w(12288, 4096, 11);  // ffn_gate / ffn_up
-    const MatmulQ8 mm1(gpu_loader(), 4096, 12288, 512, g.info.sms, 1);
-    const MatmulQ8 mm2(gpu_loader(), 4096, 12288, 512, g.info.sms, 2);
+    const PlanMatmul mm1(gpu_loader(), 4096, 12288, 512, g.info.sms, 1);
+    const PlanMatmul mm2(gpu_loader(), 4096, 12288, 512, g.info.sms, 2);
     check_matmul(w, mm1, {2, 8, 64, 512}, 21, 97);
     check_matmul(w, mm2, {2, 8, 64, 512}, 21, 97, &mm1);
 
     // Deterministic, and a token's outputs do not depend on T (both T run tiled kernels with the same number
     // of K slices); the GPU-quantized activation gives the same bits as the host-quantized one.
-    for (const MatmulQ8* mm : {&mm1, &mm2}) {
+    for (const PlanMatmul* mm : {&mm1, &mm2}) {
       const int64_t planes = mm->planes();
       INFO(planes << " plane(s)");
       const Activation a(512, 4096, 31, planes);
@@ -325,27 +325,27 @@ TEST_CASE("MatmulQ8 matches cpu::matmul at 9B and 27B shapes, one and two planes
   for (const int64_t planes : {1, 2}) {
     {
       const Q8Test w(4096, 12288, 12);  // ffn_down
-      const MatmulQ8 mm(gpu_loader(), 12288, 4096, 512, g.info.sms, planes);
+      const PlanMatmul mm(gpu_loader(), 12288, 4096, 512, g.info.sms, planes);
       check_matmul(w, mm, {3, 512}, 22, 61);
     }
     {
       const Q8Test w(8192, 4096, 13);  // attn_qkv (GDN), attn_q
-      const MatmulQ8 mm(gpu_loader(), 4096, 8192, 1024, g.info.sms, planes);
+      const PlanMatmul mm(gpu_loader(), 4096, 8192, 1024, g.info.sms, planes);
       check_matmul(w, mm, {300, 1024}, 23, 83);
     }
     {
       const Q8Test w(17408, 5120, 14);  // 27B ffn_gate / ffn_up
-      const MatmulQ8 mm(gpu_loader(), 5120, 17408, 128, g.info.sms, planes);
+      const PlanMatmul mm(gpu_loader(), 5120, 17408, 128, g.info.sms, planes);
       check_matmul(w, mm, {5, 100}, 24, 131);
     }
     {
       const Q8Test w(5120, 17408, 15);  // 27B ffn_down
-      const MatmulQ8 mm(gpu_loader(), 17408, 5120, 64, g.info.sms, planes);
+      const PlanMatmul mm(gpu_loader(), 17408, 5120, 64, g.info.sms, planes);
       check_matmul(w, mm, {33}, 25, 53);
     }
     {
       const Q8Test w(248320, 4096, 16);  // lm_head (output.weight): the largest grid
-      const MatmulQ8 mm(gpu_loader(), 4096, 248320, 64, g.info.sms, planes);
+      const PlanMatmul mm(gpu_loader(), 4096, 248320, 64, g.info.sms, planes);
       check_matmul(w, mm, {5, 40}, 26, 1999);
     }
   }

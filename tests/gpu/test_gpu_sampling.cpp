@@ -190,6 +190,13 @@ bool same(const std::vector<TopCandidates>& a, const std::vector<TopCandidates>&
   return true;
 }
 
+// A selector as a plan sizes it, with room for `adjust` bias/penalty entries per row.
+TopKSelector selector(int64_t rows, int64_t real, int64_t max_rows, int64_t adjust = 1 << 16) {
+  std::vector<std::string> names;
+  for (const Variant& v : top_k_variants()) names.push_back(v.name);
+  return TopKSelector(gpu_loader(), names, 0, rows, real, max_rows, adjust);
+}
+
 const std::vector<RowKind> kAllKinds = {RowKind::normal, RowKind::ties,    RowKind::normal, RowKind::holes,
                                         RowKind::equal,  RowKind::pos_inf, RowKind::sparse, RowKind::none};
 
@@ -197,7 +204,7 @@ const std::vector<RowKind> kAllKinds = {RowKind::normal, RowKind::ties,    RowKi
 
 TEST_CASE("top-k selection on the tiny vocabulary matches Sampler::top_candidates", "[gpu][short]") {
   const int64_t rows = 1088, real = 1033;
-  TopKSelector sel(gpu_loader(), 0, rows, real, 17);
+  TopKSelector sel = selector(rows, real, 17);
   CHECK(sel.n_chunks() == 1);
   Errors err;
   for (int64_t R : {int64_t{1}, int64_t{3}, int64_t{17}})
@@ -208,8 +215,8 @@ TEST_CASE("top-k selection on the tiny vocabulary matches Sampler::top_candidate
 
 TEST_CASE("top-k selection on the Qwen3.5 vocabulary matches Sampler::top_candidates and decides like pick", "[gpu]") {
   const int64_t rows = 248320, real = 248077;
-  TopKSelector sel(gpu_loader(), 0, rows, real, 64);
-  CHECK(sel.n_chunks() == (real + TopKSelector::chunk_ids() - 1) / TopKSelector::chunk_ids());
+  TopKSelector sel = selector(rows, real, 64);
+  CHECK(sel.n_chunks() == (real + top_k_chunk_ids() - 1) / top_k_chunk_ids());
   Errors err;
   for (int64_t R : {int64_t{1}, int64_t{3}, int64_t{17}}) {
     for (uint64_t seed = 0; seed < 3; ++seed) {
@@ -229,7 +236,7 @@ TEST_CASE("top-k selection on the Qwen3.5 vocabulary matches Sampler::top_candid
 
 TEST_CASE("top-k selection refuses bad requests", "[gpu][short]") {
   Gpu& gpu = Gpu::get();
-  TopKSelector sel(gpu_loader(), 0, 1088, 1033, 4);
+  TopKSelector sel = selector(1088, 1033, 4);
   DeviceBuffer<float> dl(0, 4 * 1088, "logits");
   dl.fill_bytes(0);
   TopKRow ok;
@@ -245,6 +252,15 @@ TEST_CASE("top-k selection refuses bad requests", "[gpu][short]") {
   bad.adjust = {{1033, 1.0f, 0}};  // a padding row
   CHECK_THROWS_AS(sel.enqueue(dl.data(), {bad}, gpu.stream.get()), KernelError);
   CHECK_THROWS_AS(sel.collect(gpu.stream.get()), KernelError);  // nothing queued
+  {  // more adjustments than the plan sized the buffers for: not selected here (the backend samples on the host)
+    TopKSelector small = selector(1088, 1033, 4, 2);
+    TopKRow many = ok;
+    many.adjust = {{1, 1.0f, 0}, {2, 1.0f, 0}, {3, 1.0f, 0}};
+    CHECK_FALSE(small.fits(many));
+    CHECK_THROWS_AS(small.enqueue(dl.data(), {many}, gpu.stream.get()), KernelError);
+    many.adjust.pop_back();
+    CHECK(small.fits(many));
+  }
   sel.enqueue(dl.data(), {ok, ok}, gpu.stream.get());
   CHECK(sel.pending());
   CHECK_THROWS_AS(sel.enqueue(dl.data(), {ok}, gpu.stream.get()), KernelError);  // not collected yet
@@ -259,7 +275,7 @@ TEST_CASE("top-k selection refuses bad requests", "[gpu][short]") {
 TEST_CASE("top-k selection time per step (248320 logits)", "[.bench][sampling]") {
   Gpu& gpu = Gpu::get();
   const int64_t rows = 248320, real = 248077;
-  TopKSelector sel(gpu_loader(), 0, rows, real, 64);
+  TopKSelector sel = selector(rows, real, 64);
   std::mt19937_64 g(3);
   for (int64_t R : {int64_t{1}, int64_t{8}, int64_t{64}}) {
     std::vector<float> all;

@@ -48,14 +48,18 @@ double row_err(const float* a, const float* r, int64_t n) {
   return num / den;
 }
 
-ir::Plan tiny_plan(const std::string& model, int64_t recurrent_below) {
+// family "" (the fp32 reference) or "dp4a-emulated" with precise_rows two-plane rows (-1: the default).
+ir::Plan tiny_plan(const std::string& model, int64_t recurrent_below, const std::string& family = "",
+                   int64_t precise_rows = -1) {
   gguf::File f = gguf::File::open(kFixtures + model);
   compiler::CompileOptions co;
   co.context_length = 512;
   co.max_sequences = 1;
+  co.family = family;
+  co.precise_rows = precise_rows;
   ir::Plan p = compiler::compile(f, compiler::Rig::parse("[[device]]\nkind=\"cpu\"\nmemory_gib=2.0\n", "test"), co);
   for (auto& op : p.graph.ops)
-    if (op.kind == "gdn") op.set("recurrent_below", recurrent_below);
+    if (op.kind == ir::OpKind::gdn) op.set("recurrent_below", recurrent_below);
   return p;
 }
 
@@ -156,18 +160,22 @@ TEST_CASE("bad forward calls fail cleanly and leave the sequence usable", "[runt
 TEST_CASE("the CPU executor can compute the CUDA dp4a family's numerics", "[runtime][reference]") {
   // int8 matmul inputs per 32 values + fp16 K/V: what the GPU computes, so a GPU/reference difference can be
   // attributed. Measured on tiny-ref: ~7.8e-2 of the logit range and ~94% top-1 (fp32: 5e-6 and 100%).
-  runtime::CpuExecutor ex(tiny_plan("tiny.gguf", 16), runtime::open_plan_model(tiny_plan("tiny.gguf", 16)));
+  // A dp4a-emulated plan carries those numerics in its graph (quantize ops, fp16 caches); one plane everywhere
+  // (precise_rows 0) as the GPU's prefill.
+  const ir::Plan fp32 = tiny_plan("tiny.gguf", 16), emulated = tiny_plan("tiny.gguf", 16, "dp4a-emulated", 0);
+  CHECK(emulated.kernel_family == "dp4a-emulated");
+  CHECK(emulated.k_dtype == "f16");
+  runtime::CpuExecutor ex(fp32, runtime::open_plan_model(fp32)), ex_q8(emulated, runtime::open_plan_model(emulated));
   const std::vector<int32_t> tokens = ref().tokens("long");
   const std::vector<float> want = ref().f32("logits.long");
   const int64_t n = (int64_t)tokens.size(), V = ex.vocab_rows();
   std::vector<int32_t> rows((size_t)n);
   for (int64_t t = 0; t < n; ++t) rows[(size_t)t] = (int32_t)t;
-  auto run = [&](bool emulate) {
-    ex.emulate_dp4a_numerics(emulate);
-    runtime::CpuSequence s = ex.new_sequence();
-    return ex.forward(s, tokens, rows);
+  auto run = [&](const runtime::CpuExecutor& e) {
+    runtime::CpuSequence s = e.new_sequence();
+    return e.forward(s, tokens, rows);
   };
-  const std::vector<float> exact = run(false), q8 = run(true);
+  const std::vector<float> exact = run(ex), q8 = run(ex_q8);
   double e_exact = 0, e_q8 = 0;
   int64_t top1 = 0;
   for (int64_t t = 0; t < n; ++t) {

@@ -1,24 +1,15 @@
 // The template registry and variant names (see variant.h). Adding a template: its file in templates/, an
-// entry here, a launcher in launch.cpp, a CPU reference comparison in tests/gpu.
-#include "runtime/cuda/variant.h"
-#include "runtime/cuda/variant_parts.h"
+// entry in its area's list (kernels/<area>.cpp), its choice in the area's choice function, a launcher in
+// runtime/cuda, a CPU reference comparison in tests/gpu (docs/ir.md lists the steps).
+#include "kernels/variant.h"
+#include "kernels/registry.h"
 
 #include <algorithm>
 #include <cctype>
 
 #include <fmt/format.h>
 
-namespace qrig::cuda {
-
-namespace {
-
-int64_t pow2_at_most(int64_t n) {
-  int64_t p = 1;
-  while (p * 2 <= n) p *= 2;
-  return p;
-}
-
-}  // namespace
+namespace qrig::kernels {
 
 TemplateParam threads_param() {
   return {"t", "QRIG_THREADS", 32, 1024, 32, "threads per block (a multiple of the warp size)"};
@@ -30,35 +21,12 @@ TemplateParam planes_param() {
 
 const std::vector<TemplateInfo>& template_registry() {
   static const std::vector<TemplateInfo> reg = [] {
-    std::vector<TemplateInfo> all = base_templates();
-    for (auto part : {pointwise_templates, gemm_templates, gdn_templates, attention_templates, sampling_templates})
+    std::vector<TemplateInfo> all;
+    for (auto part : {pointwise_templates, matmul_templates, gdn_templates, attention_templates, sampling_templates})
       for (auto& t : part()) all.push_back(std::move(t));
     return all;
   }();
   return reg;
-}
-
-std::vector<TemplateInfo> base_templates() {
-  return {
-      {"rmsnorm_f32", "rmsnorm_f32.cu",
-       {{"d", "QRIG_D", 4, 65536, 4, "row length"},
-        {"q", "QRIG_QUANT", 0, 2, 1, "also quantize the output for the matmuls it feeds: 0 no, 1 or 2 planes"},
-        threads_param()},
-       "out = x * rsqrt(mean(x^2) + eps) * w per row of f32 (+ quant_act_q8 of out, fused); one block per row"},
-      {"quant_act_q8", "quant_act_q8.cu",
-       {planes_param(), threads_param()},
-       "f32 activations -> int8 + one f32 scale per 32 values (d = amax/127, q = round(x/d)), and with p2 the "
-       "residual's int8 plane on the step d/254; one warp per 32"},
-      {"gemv_q8_0_dp4a", "gemv_q8_0_dp4a.cu",
-       {{"k", "QRIG_K", 32, 32768, 32, "input length (weight row length)"}, planes_param(),
-        {"r", "QRIG_ROWS", 1, 8, 1, "output rows per warp"},
-        {"u", "QRIG_UNROLL", 1, 8, 1, "512-byte chunks of each row loaded before use"},
-        threads_param()},
-       "decode GEMV: repacked Q8_0 weights [n][k] x quantized activation [k] with dp4a, f32 out"},
-      {"embed_q8_0", "embed_q8_0.cu",
-       {{"d", "QRIG_D", 32, 65536, 32, "row length"}, threads_param()},
-       "rows of a repacked Q8_0 table -> f32, one block per token; ids out of range give NaN rows"},
-  };
 }
 
 const TemplateInfo* find_template_info(std::string_view kernel) {
@@ -157,23 +125,4 @@ Variant parse_variant(std::string_view name) {
   throw KernelError(fmt::format("bad kernel variant name '{}': {}", name, why));
 }
 
-Variant rmsnorm_f32_variant(int64_t d, int64_t quant_planes) {
-  return make_variant("rmsnorm_f32",
-                      {{"d", d}, {"q", quant_planes}, {"t", std::clamp<int64_t>(pow2_at_most(d / 4), 32, 256)}});
-}
-
-Variant quant_act_q8_variant(int64_t planes) { return make_variant("quant_act_q8", {{"p", planes}, {"t", 256}}); }
-
-// r1 u2 t256 was the fastest tiling at every 9B decode shape on the H200 (bench/RESULTS.md, 2026-11-30).
-Variant gemv_q8_0_variant(int64_t k, int64_t planes) { return gemv_q8_0_variant(k, planes, 1, 2, 256); }
-
-Variant gemv_q8_0_variant(int64_t k, int64_t planes, int64_t rows_per_warp, int64_t unroll, int64_t threads) {
-  return make_variant("gemv_q8_0_dp4a",
-                      {{"k", k}, {"p", planes}, {"r", rows_per_warp}, {"u", unroll}, {"t", threads}});
-}
-
-Variant embed_q8_0_variant(int64_t d) {
-  return make_variant("embed_q8_0", {{"d", d}, {"t", std::clamp<int64_t>(pow2_at_most(d / 16), 32, 256)}});
-}
-
-}  // namespace qrig::cuda
+}  // namespace qrig::kernels

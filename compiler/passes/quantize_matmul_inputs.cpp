@@ -1,0 +1,56 @@
+// Pass (dp4a family): matmuls multiply int8 activations. Each value a matmul reads is quantized once by an
+// explicit `quantize` op placed before its first reader (all its matmuls then read the q8 value): one int8
+// plane per 32 values as llama.cpp's MMQ/MMVQ, or two planes (~15 bits) in steps of at most precise_rows rows,
+// where a matmul is bound by its weight bytes and the second plane costs little (decode).
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "compiler/passes/passes.h"
+
+namespace qrig::compiler::passes {
+
+void quantize_matmul_inputs(CompileContext& cx) {
+  ir::Plan& p = cx.plan;
+  if (p.kernel_family == "reference") return;
+  const int64_t asked = cx.options.precise_rows;
+  p.precise_rows = std::min(asked < 0 ? kDefaultPreciseRows : asked, cx.options.max_batch_tokens);
+  p.notes.push_back(
+      p.precise_rows >= cx.options.max_batch_tokens
+          ? "activations: two int8 planes (~15 bits) in every matmul"
+          : fmt::format("activations: two int8 planes (~15 bits) in matmuls of <= {} rows (decode), one (int8, as "
+                        "llama.cpp) above (prefill)",
+                        p.precise_rows));
+  std::map<std::string, ir::Type> types;
+  for (const auto& in : p.graph.inputs) types[in.name] = in.type;
+  for (const auto& op : p.graph.ops)
+    for (size_t k = 0; k < op.results.size(); ++k) types[op.results[k]] = op.types[k];
+  std::vector<ir::Op> out;
+  std::map<std::string, std::string> quantized;  // f32 value -> its q8 value
+  for (ir::Op& op : p.graph.ops) {
+    if (op.kind == ir::OpKind::matmul) {
+      const std::string x = op.args.at(0);
+      auto it = quantized.find(x);
+      if (it == quantized.end()) {
+        const ir::Type* t = types.count(x) ? &types.at(x) : nullptr;
+        if (!t || t->dtype != ir::DType::f32 || t->shape.size() != 2 || t->shape[1] <= 0 || t->shape[1] % 32 != 0)
+          throw CompileError(fmt::format("{}: the dp4a family quantizes matmul inputs per 32 values; %{} is {}",
+                                         op.describe(), x, t ? ir::type_string(*t) : "undefined"));
+        ir::Op q;
+        q.kind = ir::OpKind::quantize;
+        q.args = {x};
+        q.results = {x + ".q"};
+        q.types = {{ir::DType::q8, t->shape}};
+        q.attrs = {{"precise_rows", p.precise_rows}, {"layer", op.i("layer")}, {"device", op.s("device")}};
+        it = quantized.emplace(x, x + ".q").first;
+        out.push_back(std::move(q));
+      }
+      op.args[0] = it->second;
+    }
+    out.push_back(std::move(op));
+  }
+  p.graph.ops = std::move(out);
+}
+
+}  // namespace qrig::compiler::passes

@@ -1,0 +1,61 @@
+// Structural verification of a graph (ir.h verify): names, definitions before use, the schema of every op
+// (ops.h), state references, and where quantized (q8) values may appear.
+#include <set>
+
+#include <fmt/format.h>
+
+#include "ir/ir.h"
+
+namespace qrig::ir {
+
+void verify(const Graph& g) {
+  std::set<std::string> defined, states;
+  std::set<std::string> q8_values;
+  auto define = [&](const std::string& n, const char* what) {
+    if (n.empty()) throw Error(fmt::format("IR: empty {} name", what));
+    if (!defined.insert(n).second) throw Error(fmt::format("IR: value %{} defined twice", n));
+  };
+  for (const Input& in : g.inputs) define(in.name, "input");
+  for (const State& st : g.states)
+    if (!states.insert(st.name).second) throw Error(fmt::format("IR: state %{} declared twice", st.name));
+  for (const Op& op : g.ops) {
+    const OpSchema& sc = schema(op.kind);
+    if ((int)op.args.size() != sc.n_args)
+      throw Error(fmt::format("IR: {} takes {} arguments, has {}", op.describe(), sc.n_args, op.args.size()));
+    if (sc.n_results >= 0 && (int)op.results.size() != sc.n_results)
+      throw Error(fmt::format("IR: {} {}", op.describe(),
+                              sc.n_results == 0 ? "must not have a result" : sc.n_results == 1 ? "needs one result"
+                                                                                               : "has the wrong results"));
+    if (sc.n_results < 0 && op.results.empty()) throw Error(fmt::format("IR: {} needs a result", op.describe()));
+    if (op.types.size() != op.results.size())
+      throw Error(fmt::format("IR: {} has {} results and {} types", op.describe(), op.results.size(), op.types.size()));
+    for (const std::string& a : op.args)
+      if (!defined.count(a)) throw Error(fmt::format("IR: {} uses %{} before it is defined", op.describe(), a));
+    for (const char* r : sc.required_attrs)
+      if (!op.has(r)) throw Error(fmt::format("IR: {} lacks attribute '{}'", op.describe(), r));
+    for (const char* key : {"state", "k_cache", "v_cache"})
+      if (op.has(key) && !states.count(op.s(key)))
+        throw Error(fmt::format("IR: {} refers to undeclared state %{}", op.describe(), op.s(key)));
+    // Quantized activations are made by quantize / rmsnorm_quant and read only by matmuls.
+    const bool reads_q8 = op.kind == OpKind::matmul || op.kind == OpKind::matmul_stack;
+    for (const std::string& a : op.args)
+      if (q8_values.count(a) && !reads_q8)
+        throw Error(fmt::format("IR: {} reads the quantized value %{} (only matmuls read q8 values)", op.describe(), a));
+    const bool makes_q8 = op.kind == OpKind::quantize || op.kind == OpKind::rmsnorm_quant;
+    for (size_t k = 0; k < op.results.size(); ++k) {
+      if ((op.types[k].dtype == DType::q8) != makes_q8)
+        throw Error(fmt::format("IR: {} result %{} is {} ({})", op.describe(), op.results[k],
+                                type_string(op.types[k]),
+                                makes_q8 ? "this op makes q8 values" : "only quantize and rmsnorm_quant make q8 values"));
+      define(op.results[k], "result");
+      if (makes_q8) q8_values.insert(op.results[k]);
+    }
+    if (op.kind == OpKind::matmul_stack && op.strs("weights").size() != op.results.size())
+      throw Error(fmt::format("IR: {} has {} weights for {} results", op.describe(), op.strs("weights").size(),
+                              op.results.size()));
+  }
+  for (const std::string& o : g.outputs)
+    if (!defined.count(o)) throw Error(fmt::format("IR: output %{} is not defined", o));
+}
+
+}  // namespace qrig::ir

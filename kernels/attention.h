@@ -1,0 +1,74 @@
+// Gated GQA attention kernels over the f16 KV cache (CPU reference cpu::attention_gated): attn_decode (T <=
+// N tokens per sequence, split over the keys, memory bound), attn_prefill (blocks of query tokens, FFMA for
+// Q.K, FFMA or HFMA2 for P.V, compute bound) and attn_merge (log-sum-exp of the split partials + the output
+// gate). Head dim 256 only. The choice (decode or prefill per tokens-per-sequence range, and how many CTAs a
+// launch aims at, from the SMs and the kernels' residency in the tuning data) is made once per plan; the split
+// of one call over the key range follows from those numbers and the call's key count (attention_split, used by
+// the runtime per call and by the memory pass for the workspace bound).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/choice.h"
+#include "kernels/tuning.h"
+#include "kernels/variant.h"
+
+namespace qrig::kernels {
+
+struct AttentionDims {
+  int64_t Hq = 0, Hkv = 0, hd = 0;
+};
+
+constexpr int64_t kAttentionHeadDim = 256;     // the templates' only head dim
+constexpr int64_t kAttentionPrefillRows = 32;  // (token, head) rows per prefill CTA
+constexpr int64_t kAttentionTile = 32;         // keys per prefill tile
+constexpr int64_t kAttentionMinTilesPerSplit = 8;
+constexpr int64_t kAttentionDecodeRows = 8;     // most rows (G * N) of a decode CTA
+constexpr int64_t kAttentionDecodeKeyStep = 32; // 4 warps x 8 keys
+constexpr int64_t kAttentionDecodeThreads = 128, kAttentionPrefillThreads = 128, kAttentionMergeThreads = 256;
+constexpr int64_t kAttentionPrefillSmem = 65536;  // dynamic shared memory of attn_prefill
+
+// Query heads per KV head; throws KernelError for dims the kernels do not take.
+int64_t attention_group(const AttentionDims& d);
+// The most query tokens (per sequence) the decode kernel takes: 8 / group.
+int64_t attention_decode_max_tokens(int64_t group);
+
+Variant attn_decode_variant(int64_t group, int64_t tokens);
+Variant attn_prefill_variant(int64_t group, int64_t half);
+Variant attn_merge_variant();
+
+// How many CTAs the launches of one attention op aim at: decode with 1 token, decode with up to N tokens,
+// prefill (the CTAs resident at once).
+struct AttentionCtas {
+  int64_t decode1 = 0, decode_n = 0, prefill = 0;
+};
+
+// How one call is cut: the decode kernel or the prefill kernel, and the number of key-range splits whose
+// partials attn_merge combines (1: the kernel writes the output itself).
+struct AttentionSplit {
+  bool decode = false;
+  int64_t n_split = 1;
+  int64_t keys_per_split = 0;  // decode only
+};
+// decode: the call runs the decode kernel (T <= attention_decode_max_tokens), else the prefill kernel.
+AttentionSplit attention_split(const AttentionDims& d, const AttentionCtas& c, int64_t T, int64_t kv_len, bool decode);
+// Bytes of split partials (O, then (m, l)) for T tokens cut n_split ways, 256-byte aligned parts.
+int64_t attention_partial_bytes(const AttentionDims& d, int64_t T, int64_t n_split);
+// The most workspace any call of up to max_t tokens over up to `context` keys needs.
+int64_t attention_workspace_bytes(const AttentionDims& d, const AttentionCtas& c, int64_t context, int64_t max_t);
+
+struct AttentionChoice {
+  std::vector<KernelRange> ranges;  // per tokens-per-sequence range: the kernel, then attn_merge
+  AttentionCtas ctas;
+};
+// Decode (1 token, then up to N) and prefill, P.V in fp32 (the HFMA2 form measured ~14% faster at 32K on the
+// H200 for ~1000x the error), CTA targets from `sms` and the tuning's residency.
+AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_t max_tokens, int sms,
+                                 const Tuning& t);
+
+// Every variant choose_attention names for these dims (decode with 1 and N tokens, prefill, merge), for tools and
+// tests.
+std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms);
+
+}  // namespace qrig::kernels

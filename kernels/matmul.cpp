@@ -1,0 +1,230 @@
+// The Q8_0 x int8 matmul kernels (matmul.h): registry entries, variants, and the choice of kernel per number
+// of rows with its cost model. The tilings and their efficiencies are tuning data (tuning.cpp).
+//
+// Tiling choice (KERNELS.md "Q8_0 x int8 GEMM"). On SIMT the prefill GEMM is bound by the dp4a rate (H200: 64
+// dp4a/clk/SM x 132 SMs x 1.98 GHz = 133 int8 TOPS) only if shared memory and issue slots keep up, so the
+// thread tile is sized by shared-memory traffic and the scale work is cut to the minimum:
+//  - gemm_q8_0_dp4a_tiled with a 128 x 64 CTA tile, 256 threads, 8 x 4 outputs per thread: per 4 bytes of K a
+//    thread does 32 dp4a fed by three 16-byte shared loads of K-interleaved tiles (one 32-bit word = one dp4a
+//    operand, no byte shuffles; each warp load is a 128- or 64-byte span broadcast to the other lanes), per
+//    32-block and output 2 FFMA (the dp4a sum starts at a magic constant whose float bits convert exactly,
+//    see the template), 2 Q8_0 blocks per stage (one barrier per 64 bytes of K; 1 block per stage measured
+//    5-15% slower). 127 registers: two CTAs (16 warps) per SM, with register-staged double buffering (sm_70
+//    material, no cp.async). The dp4a pipe issues every other cycle; the other slot covers the ~0.4
+//    instructions per dp4a of loads and scales. Measured on an H200 (bench_gpu_gemm.cpp): 92-97 TOPS (69-73%
+//    of peak) at T = 512 and 97-102 TOPS (73-77%) at T >= 1024 on the 9B shapes; at T = 512 they give 384
+//    (4096->12288), 256 (4096->8192) and 128 CTA tiles (4096->4096, 12288->4096) x 2 per SM: ~97% wave
+//    efficiency. The 128 x 128 tile (8 x 8 per thread, 225 registers, one 8-warp CTA per SM: less latency
+//    hiding) measured 5-10% slower; 128 x 128 with the next stage stored halfway made ptxas sink its global
+//    loads next to the stores (12% slower). Expected ceiling of this structure ~80%: barrier drain and
+//    refill per stage and the scale FFMAs that no other warp overlaps cost the rest.
+//  - Fewer tokens: smaller tiles (128 x 32, 64 x 32) and sliced K (sk thread groups per CTA each take part
+//    of every stage and add up at the end, deterministic) keep all SMs busy without a split-K workspace:
+//    e.g. 12288->4096 at T = 32 runs in 65 us instead of 178 us with 64 x 32 tiles alone.
+//  - T <= kSkinnyMaxT (16): gemm_q8_0_dp4a_skinny reads each weight once for all T tokens (the decode GEMV
+//    with T columns; DRAM-bound up to T ~ 4, then issue-bound on 2 FFMA per 4 dp4a): 1.1-1.7x the GEMV's
+//    time at T = 4-8, and at T = 16 faster than any tiling (36 vs 54 us on 4096->12288).
+// The choice among tilings is a cost model (waves x tile work / measured efficiency, below), fitted to the
+// H200 sweep of tests/gpu/bench_gpu_gemm.cpp ("[gemm_sweep]"): within 1% of the best tiling on average.
+//
+// Two activation planes (p2, gemm.h) double the dp4a per output and change what fits (ptxas for sm_90, CUDA
+// 13): the second plane's token tiles add 2 * K4 * (bt + 4) words of shared memory (32 x 32 with 4 K slices
+// and kb = 2 no longer fits 48 KiB: kb = 1), and each thread holds a second tn x tt block of sums: the
+// 128 x 64 prefill tile takes 195 registers (one 8-warp CTA per SM instead of two), 128 x 32 takes 128
+// (still two), 64 x 32 133 and 32 x 32 with 2 slices 160 (three 4-warp CTAs instead of five). Per 4 bytes of
+// K a p2 thread of a 4 x 4 tile does 32 dp4a on three 16-byte shared loads, like the p1 prefill tile; the
+// combine costs 5 float instructions per 16 dp4a (p1: 2 per 8). The p2 efficiencies below are estimates from
+// those counts and the p1 measurements (8 warps per SM: like the p1 128 x 128 tile, ~7% below 16 warps), not
+// yet measured: the sweep with QRIG_SWEEP_PLANES=2 is the data to fit them to.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "kernels/registry.h"
+
+namespace qrig::kernels {
+
+std::vector<TemplateInfo> matmul_templates() {
+  return {
+      {"quant_act_q8", "quant_act_q8.cu",
+       {planes_param(), threads_param()},
+       "f32 activations -> int8 + one f32 scale per 32 values (d = amax/127, q = round(x/d)), and with p2 the "
+       "residual's int8 plane on the step d/254; one warp per 32"},
+      {"gemv_q8_0_dp4a", "gemv_q8_0_dp4a.cu",
+       {{"k", "QRIG_K", 32, 32768, 32, "input length (weight row length)"}, planes_param(),
+        {"r", "QRIG_ROWS", 1, 8, 1, "output rows per warp"},
+        {"u", "QRIG_UNROLL", 1, 8, 1, "512-byte chunks of each row loaded before use"},
+        threads_param()},
+       "decode GEMV: repacked Q8_0 weights [n][k] x quantized activation [k] with dp4a, f32 out"},
+      {"gemm_q8_0_dp4a_tiled", "gemm_q8_0_dp4a_tiled.cu",
+       {planes_param(),
+        {"bn", "QRIG_BN", 32, 256, 32, "weight rows per CTA"},
+        {"bt", "QRIG_BT", 16, 256, 16, "tokens (activation rows) per CTA"},
+        {"tn", "QRIG_TN", 4, 8, 4, "weight rows per thread"},
+        {"tt", "QRIG_TT", 4, 8, 4, "tokens per thread"},
+        {"kb", "QRIG_KB", 1, 2, 1, "Q8_0 blocks of K per pipeline stage and K slice"},
+        {"sk", "QRIG_SK", 1, 8, 1, "K slices: thread groups splitting each stage, summed at the end"},
+        threads_param()},
+       "prefill GEMM: repacked Q8_0 weights x int8 activations (1 or 2 planes), K-interleaved shared tiles, "
+       "dp4a, f32 out"},
+      {"gemm_q8_0_dp4a_skinny", "gemm_q8_0_dp4a_skinny.cu",
+       {planes_param(),
+        {"c", "QRIG_COLS", 1, 16, 1, "activation rows (tokens), at most (a power of two)"},
+        {"r", "QRIG_ROWS", 1, 8, 1, "weight rows per warp (a power of two)"},
+        {"u", "QRIG_UNROLL", 1, 8, 1, "Q8_0 blocks of each row per lane loaded before use"},
+        threads_param()},
+       "few-row GEMM: each weight read once for up to c tokens (batched decode), 1 or 2 activation planes, "
+       "dp4a, f32 out"},
+  };
+}
+
+Variant quant_act_q8_variant(int64_t planes) { return make_variant("quant_act_q8", {{"p", planes}, {"t", 256}}); }
+
+Variant gemv_q8_0_variant(int64_t k, int64_t planes, int64_t rows_per_warp, int64_t unroll, int64_t threads) {
+  return make_variant("gemv_q8_0_dp4a",
+                      {{"k", k}, {"p", planes}, {"r", rows_per_warp}, {"u", unroll}, {"t", threads}});
+}
+
+Variant gemv_q8_0_variant(int64_t k, int64_t planes, const MatmulTuning& t) {
+  return gemv_q8_0_variant(k, planes, t.gemv_rows_per_warp, t.gemv_unroll, t.gemv_threads);
+}
+
+// Mirrors the template's layout: two stages of [K4][bn+4] weight words, per plane [K4][bt+4] token words,
+// [kb*sk][bn] and [kb*sk][bt] scales (K4 = 8*kb*sk).
+int64_t gemm_q8_0_tiled_smem_bytes(int64_t planes, int64_t bn, int64_t bt, int64_t kb, int64_t sk) {
+  const int64_t kbs = kb * sk, k4 = 8 * kbs;
+  return 4 * (2 * k4 * (bn + 4) + planes * 2 * k4 * (bt + 4) + 2 * kbs * bn + 2 * kbs * bt);
+}
+
+Variant gemm_q8_0_tiled_variant(int64_t planes, int64_t bn, int64_t bt, int64_t tn, int64_t tt, int64_t kb,
+                                int64_t sk) {
+  if (tn <= 0 || tt <= 0 || bn % (8 * tn) != 0 || bt % (4 * tt) != 0)
+    throw KernelError(fmt::format("gemm_q8_0_dp4a_tiled: a {} x {} CTA tile is not whole warp tiles of {} x {}", bn,
+                                  bt, 8 * tn, 4 * tt));
+  const int64_t smem = gemm_q8_0_tiled_smem_bytes(planes, bn, bt, kb, sk);
+  const int64_t tile_words = 16 * kb * sk * ((bn + 4) + planes * (bt + 4));  // holds the slice sums at the end
+  if (smem > kTiledSmemLimit || (sk - 1) * bn * bt > tile_words)
+    throw KernelError(fmt::format("gemm_q8_0_dp4a_tiled: a {} x {} tile with kb = {}, sk = {} and {} plane(s) needs "
+                                  "{} bytes of shared memory (at most {}, and room for the slice sums)",
+                                  bn, bt, kb, sk, planes, smem, kTiledSmemLimit));
+  return make_variant("gemm_q8_0_dp4a_tiled", {{"p", planes},
+                                               {"bn", bn},
+                                               {"bt", bt},
+                                               {"tn", tn},
+                                               {"tt", tt},
+                                               {"kb", kb},
+                                               {"sk", sk},
+                                               {"t", sk * (bn / tn) * (bt / tt)}});
+}
+
+Variant gemm_q8_0_skinny_variant(int64_t planes, int64_t cols, int64_t rows_per_warp, int64_t unroll,
+                                 int64_t threads) {
+  auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  if (!pow2(cols) || !pow2(rows_per_warp) || cols * rows_per_warp > 64)
+    throw KernelError(fmt::format("gemm_q8_0_dp4a_skinny: {} tokens and {} rows per warp must be powers of two with "
+                                  "at most 64 sums per lane", cols, rows_per_warp));
+  return make_variant("gemm_q8_0_dp4a_skinny",
+                      {{"p", planes}, {"c", cols}, {"r", rows_per_warp}, {"u", unroll}, {"t", threads}});
+}
+
+namespace {
+
+// Modelled time (arbitrary units) of T rows of a [k] -> [n] matmul with tiling t on `sms` SMs: tiles are
+// dealt to SMs round-robin; the busiest SM runs full rounds of ctas_per_sm tiles at eff, and a last round of
+// c < ctas_per_sm tiles at eff * (c / ctas_per_sm)^partial_exponent (fewer warps hide less latency). A tile's
+// work is its outputs times the planes (the dp4a per output).
+double modelled_time(const GemmTiling& t, int64_t n, int64_t T, int sms, int64_t planes, double partial_exponent) {
+  const int64_t tiles = ((n + t.bn - 1) / t.bn) * ((T + t.bt - 1) / t.bt);
+  const int64_t per_sm = (tiles + sms - 1) / sms;  // tiles of the busiest SM
+  const int64_t full = per_sm / t.ctas_per_sm, rest = per_sm % t.ctas_per_sm;
+  const double work = (double)(t.bn * t.bt * planes);
+  double time = (double)full * (double)t.ctas_per_sm * work / t.eff;
+  if (rest > 0)
+    time += (double)rest * work / (t.eff * std::pow((double)rest / (double)t.ctas_per_sm, partial_exponent));
+  return time;
+}
+
+std::string tiling_name(const GemmTiling& t, int64_t kb) {
+  return fmt::format("{}x{} (thread tile {}x{}, kb {}, {} K slice{})", t.bn, t.bt, t.tn, t.tt, kb, t.sk,
+                     t.sk > 1 ? "s" : "");
+}
+
+// The kernel for exactly T rows, and why.
+std::pair<Variant, std::string> choose_one(int64_t k, int64_t n, int64_t T, int sms, int64_t planes,
+                                           const MatmulTuning& tun) {
+  if (k <= 0 || k % 32 != 0 || n <= 0 || T <= 0 || sms <= 0 || planes < 1 || planes > 2)
+    throw KernelError(fmt::format("matmul_q8_0: no kernel for T = {} rows of [{}] -> [{}] on {} SMs with {} planes", T,
+                                  k, n, sms, planes));
+  if (T == 1)
+    return {gemv_q8_0_variant(k, planes, tun), "one row: the decode GEMV reads every weight once"};
+  if (T <= tun.skinny_max_rows) {
+    int64_t c = 2;
+    while (c < T) c *= 2;
+    for (const SkinnyTiling& s : tun.skinny)
+      if (c <= s.max_rows)
+        return {gemm_q8_0_skinny_variant(planes, s.max_rows, s.rows_per_warp, s.unroll, s.threads),
+                fmt::format("{} rows or fewer: the skinny GEMM reads every weight once for all rows (bound by the "
+                            "weight bytes up to ~4 rows)", s.max_rows)};
+    throw KernelError(fmt::format("matmul_q8_0: the tuning has no skinny tiling for {} rows", T));
+  }
+  const GemmTiling* best = nullptr;
+  const GemmTiling* second = nullptr;
+  double best_time = 0, second_time = 0;
+  int64_t best_kb = 1, second_kb = 1;
+  const int64_t nb = k / 32;
+  for (const GemmTiling& t : tun.tiled[planes - 1]) {
+    if (nb % t.sk != 0) continue;  // each stage is split in sk equal slices
+    const int64_t kb = nb % (t.kb * t.sk) == 0 ? t.kb : 1;
+    if (gemm_q8_0_tiled_smem_bytes(planes, t.bn, t.bt, kb, t.sk) > kTiledSmemLimit) continue;
+    const double time = modelled_time(t, n, T, sms, planes, tun.partial_exponent);
+    if (!best || time < best_time) {
+      second = best, second_time = best_time, second_kb = best_kb;
+      best = &t, best_time = time, best_kb = kb;
+    } else if (!second || time < second_time) {
+      second = &t, second_time = time, second_kb = kb;
+    }
+  }
+  if (!best) throw KernelError(fmt::format("matmul_q8_0: no tiling divides K = {}", k));
+  std::string why = fmt::format("least modelled time at {} rows on {} SMs: {} ({} CTAs/SM at {:.0f}% of peak)", T, sms,
+                                tiling_name(*best, best_kb), best->ctas_per_sm, best->eff * 100);
+  if (second)
+    why += fmt::format(", {:.0f}% faster than {}", (second_time / best_time - 1) * 100, tiling_name(*second, second_kb));
+  return {gemm_q8_0_tiled_variant(planes, best->bn, best->bt, best->tn, best->tt, best_kb, best->sk), why};
+}
+
+}  // namespace
+
+std::vector<KernelRange> choose_matmul_q8_0(int64_t k, int64_t n, int64_t min_rows, int64_t max_rows, int sms,
+                                           int64_t planes, const MatmulTuning& t) {
+  if (min_rows < 1 || max_rows < min_rows)
+    throw KernelError(fmt::format("matmul_q8_0: rows {}..{}", min_rows, max_rows));
+  std::vector<KernelRange> out;
+  for (int64_t T = min_rows; T <= max_rows; ++T) {
+    auto [v, why] = choose_one(k, n, T, sms, planes, t);
+    if (!out.empty() && out.back().parts[0][0] == v) {
+      out.back().last = T;
+      continue;
+    }
+    out.push_back({T, T, {{std::move(v)}}, std::move(why)});
+  }
+  return out;
+}
+
+Variant matmul_q8_0_choice(int64_t k, int64_t n, int64_t T, int sms, int64_t planes, const MatmulTuning& t) {
+  return choose_one(k, n, T, sms, planes, t).first;
+}
+
+std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes, int64_t min_t,
+                                          const MatmulTuning& t) {
+  std::vector<Variant> out;
+  for (const KernelRange& r : choose_matmul_q8_0(k, n, min_t, max_t, sms, planes, t))
+    if (std::find(out.begin(), out.end(), r.parts[0][0]) == out.end()) out.push_back(r.parts[0][0]);
+  return out;
+}
+
+Variant gemv_q8_0_variant(int64_t k, int64_t planes) { return gemv_q8_0_variant(k, planes, default_tuning(90).matmul); }
+
+}  // namespace qrig::kernels

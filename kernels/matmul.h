@@ -1,0 +1,59 @@
+// Q8_0 x int8 matrix multiplication kernels of the default family (dp4a, no tensor cores): the activation
+// quantizer (quant_act_q8), the decode GEMV, the skinny GEMM for a few rows and the tiled prefill GEMM; their
+// variants, the facts the runtime needs to launch them (shared memory of a tiling), and the choice of kernel
+// per number of rows with its cost model (matmul.cpp's header says how it was fitted).
+//
+// Planes: every matmul kernel comes in two forms, `p` = 1 (the activation is d * q, int8 q) and 2 (quant_act_q8
+// p2 also writes the residual's plane q2: the activation is d * (q + q2/254), ~15 bits). Two planes double the
+// dp4a; matmuls bound by their weight bytes (decode) pay almost nothing for them.
+//
+// Determinism: every kernel adds each output's terms in a fixed order, so a run repeats bit for bit. A row's
+// result does not depend on the other rows of the batch, but the order (and so the last bits) depends on the
+// kernel chosen for the number of rows: the GEMV (1 row), the skinny kernel (up to skinny_max_rows) and the
+// tiled kernel (per output in K-block order; with sliced K, per slice then slices in order). All tiled tilings
+// with one K slice give identical bits, so e.g. prefill chunks of 512 and 1024 rows agree exactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/choice.h"
+#include "kernels/tuning.h"
+#include "kernels/variant.h"
+
+namespace qrig::kernels {
+
+// Activation rows -> int8 + f32 scale per 32 values, with p = 2 the second plane too.
+Variant quant_act_q8_variant(int64_t planes);
+// Decode GEMV: repacked Q8_0 [n][k] x quantized activation [k].
+Variant gemv_q8_0_variant(int64_t k, int64_t planes, int64_t rows_per_warp, int64_t unroll, int64_t threads);
+Variant gemv_q8_0_variant(int64_t k, int64_t planes, const MatmulTuning& t);
+// The tiled GEMM: CTA tile bn weight rows x bt tokens, thread tile tn x tt, kb Q8_0 blocks per stage and K
+// slice, sk K slices (thread groups adding up at the end), sk*(bn/tn)*(bt/tt) threads. A tiling whose two
+// pipeline stages do not fit the kernel's 48 KiB of static shared memory is refused (KernelError), like tiles
+// that are not whole warp tiles.
+Variant gemm_q8_0_tiled_variant(int64_t planes, int64_t bn, int64_t bt, int64_t tn, int64_t tt, int64_t kb,
+                                int64_t sk = 1);
+// The skinny GEMM: up to `cols` tokens, `rows_per_warp` weight rows per warp, every weight read once.
+Variant gemm_q8_0_skinny_variant(int64_t planes, int64_t cols, int64_t rows_per_warp, int64_t unroll, int64_t threads);
+// Static shared memory of a tiled variant in bytes (what the template allocates), and the most it may use.
+int64_t gemm_q8_0_tiled_smem_bytes(int64_t planes, int64_t bn, int64_t bt, int64_t kb, int64_t sk);
+constexpr int64_t kTiledSmemLimit = 48 * 1024;
+
+// The kernel for every row count min_rows..max_rows on a GPU with `sms` SMs: the GEMV for 1 row, the skinny
+// kernel up to t.skinny_max_rows, else the tiling of least modelled time. Consecutive row counts with the same
+// kernel form one range. Throws KernelError for shapes no kernel takes (k not a multiple of 32, ...).
+std::vector<KernelRange> choose_matmul_q8_0(int64_t k, int64_t n, int64_t min_rows, int64_t max_rows, int sms,
+                                           int64_t planes, const MatmulTuning& t);
+
+// Conveniences over choose_matmul_q8_0 for tools, tests and benchmarks (the compiler uses the ranges): the
+// kernel for exactly T rows, and every distinct kernel for min_t..max_t rows, in order of first use; both with
+// the given tuning (default: the sm_90 defaults). The GEMV with the default tiling for k.
+Variant matmul_q8_0_choice(int64_t k, int64_t n, int64_t T, int sms, int64_t planes,
+                           const MatmulTuning& t = default_tuning(90).matmul);
+std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes,
+                                          int64_t min_t = 1, const MatmulTuning& t = default_tuning(90).matmul);
+Variant gemv_q8_0_variant(int64_t k, int64_t planes);
+
+}  // namespace qrig::kernels

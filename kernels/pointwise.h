@@ -1,0 +1,26 @@
+// Pointwise and row kernels of the default family (no tensor cores): RMSNorm (with the activation
+// quantization fused in, for the matmuls it feeds), the Q8_0 embedding, residual add, SwiGLU, the causal
+// conv1d + SiLU, per-head and gated norms, partial NeoX RoPE, the f16 KV write and the greedy argmax. Each
+// builder returns the variant the default family runs for a shape (the block size is chosen here, from the
+// row length); the compiler's kernel pass calls them, the runtime only loads what the plan names.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/variant.h"
+
+namespace qrig::kernels {
+
+// Rows of d floats; quant_planes > 0: also the output quantized for matmuls (1 or 2 planes, as quant_act_q8).
+Variant rmsnorm_f32_variant(int64_t d, int64_t quant_planes = 0);
+Variant embed_q8_0_variant(int64_t d);  // Q8_0 rows of d values -> f32
+Variant add_f32_variant();
+Variant swiglu_f32_variant();
+Variant conv1d_silu_f32_variant(int64_t taps);
+Variant head_rmsnorm_f32_variant(int64_t head_dim);
+Variant gated_rmsnorm_f32_variant(int64_t head_dim);
+Variant rope_neox_f32_variant(int64_t head_dim, int64_t rope_dims);
+Variant kv_write_f16_variant();
+Variant argmax_f32_variant();
+
+}  // namespace qrig::kernels

@@ -1,0 +1,56 @@
+// Tuning data: the measured numbers the choice functions of this library model a GPU with (GEMM tiling
+// efficiencies, which skinny tiling serves how many rows, the GEMV tiling, blocks resident per SM of the
+// attention kernels, where the recurrent GDN stops paying). They are rig data, not code: defaults per
+// architecture live here (fitted on one H200, sm_90, and said so for every other architecture), and a rig
+// file may replace any of them (compiler/rig.cpp reads a [tuning] section; `qrig inspect` shows which
+// source a plan used).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qrig::kernels {
+
+// A tiling of the tiled Q8_0 GEMM with its modelled throughput: `ctas_per_sm` CTAs fit one SM (registers and
+// shared memory), and an SM full of them runs at `eff` of the dp4a peak. kb is the preferred Q8_0 blocks per
+// stage and K slice (1 when K does not allow it).
+struct GemmTiling {
+  int64_t bn = 0, bt = 0, tn = 0, tt = 0, kb = 0, sk = 0;
+  int64_t ctas_per_sm = 0;
+  double eff = 0;
+};
+
+// The skinny GEMM tiling for steps of at most `max_rows` rows (c = max_rows tokens per launch).
+struct SkinnyTiling {
+  int64_t max_rows = 0, rows_per_warp = 0, unroll = 0, threads = 0;
+};
+
+struct MatmulTuning {
+  std::vector<GemmTiling> tiled[2];  // by activation planes - 1
+  double partial_exponent = 0.3;     // a last round of c < ctas_per_sm CTAs runs at eff * (c/ctas_per_sm)^this
+  int64_t skinny_max_rows = 16;      // steps of 2..this many rows run the skinny kernel, longer ones tiled
+  std::vector<SkinnyTiling> skinny;  // ascending max_rows; the last one covers skinny_max_rows
+  int64_t gemv_rows_per_warp = 1, gemv_unroll = 2, gemv_threads = 256;
+};
+
+// Blocks of each attention kernel resident per SM (the split-KV count is sized from them). Keys "decode_g<G>_n<N>"
+// and "prefill_g<G>_h<H>" of the variants' parameters; a kernel not listed counts `fallback_*`.
+struct AttentionTuning {
+  std::vector<std::pair<std::string, int64_t>> resident;
+  int64_t fallback_decode = 2, fallback_prefill = 3;
+  int64_t resident_of(const std::string& key, bool decode) const;
+};
+
+struct Tuning {
+  std::string source;                 // where these numbers come from (shown in notes and inspect)
+  MatmulTuning matmul;
+  AttentionTuning attention;
+  int64_t gdn_recurrent_below = 64;   // GDN steps of fewer tokens per sequence run the recurrent kernel
+};
+
+// The defaults for a feature-set architecture (70, 75, 80, 86, 89, 90, ...): the H200 fit for every one of
+// them (the source says so when the architecture is not sm_90).
+Tuning default_tuning(int sm);
+
+}  // namespace qrig::kernels

@@ -1,0 +1,166 @@
+// The CUDA executor's allocations for a plan (layout.h).
+#include "runtime/cuda/layout.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "kernels/sampling.h"
+#include "runtime/cuda/q8_layout.h"
+#include "runtime/errors.h"
+
+namespace qrig::cuda {
+
+namespace {
+
+using runtime::RuntimeError;
+
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+const gguf::TensorInfo& need(const gguf::File& f, const std::string& name, const ir::Op& op) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) throw RuntimeError(fmt::format("{}: weight '{}' is not in {}", op.describe(), name, f.path()));
+  return *t;
+}
+
+const gguf::TensorInfo& need_q8(const gguf::File& f, const std::string& name, const ir::Op& op) {
+  const gguf::TensorInfo& t = need(f, name, op);
+  if (t.ne.size() != 2 || t.type != gguf::TensorType::Q8_0 || t.ne[0] % 32 != 0)
+    throw RuntimeError(fmt::format("{}: weight '{}' is {} {}; the CUDA dp4a family needs Q8_0 matrices (use the CPU "
+                                   "backend for other types)", op.describe(), name, gguf::tensor_type_name(t.type),
+                                   t.shape_string()));
+  return t;
+}
+
+}  // namespace
+
+DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, const gguf::File& f) {
+  DeviceLayout L;
+  std::set<std::string> seen;
+  auto q8 = [&](const ir::Op& op, const std::string& name) {
+    if (!seen.insert(name).second) return;
+    const gguf::TensorInfo& t = need_q8(f, name, op);
+    const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
+    L.weights.push_back({WeightUpload::q8, {name}, -1, rows, cols,
+                         (int64_t)(q8_qs_bytes(rows, cols) + q8_scale_bytes(rows, cols))});
+  };
+  auto f32 = [&](const ir::Op& op, const std::string& name, int64_t n) {
+    if (!seen.insert(name).second) return;
+    const gguf::TensorInfo& t = need(f, name, op);
+    if (t.type != gguf::TensorType::F32 || (int64_t)t.n_elements != n)
+      throw RuntimeError(fmt::format("{}: weight '{}' must be F32 with {} values, is {} {}", op.describe(), name, n,
+                                     gguf::tensor_type_name(t.type), t.shape_string()));
+    L.weights.push_back({WeightUpload::f32, {name}, -1, n, 1, n * 4});
+  };
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const runtime::BoundOp& b = g.ops[i];
+    const ir::Op& op = *b.op;
+    const int64_t width = b.results.empty() ? 0 : g.width(b.results[0]);
+    switch (b.kind) {
+      case ir::OpKind::embed:
+        q8(op, op.s("weight"));
+        L.vocab_rows = (int64_t)need(f, op.s("weight"), op).ne[1];
+        break;
+      case ir::OpKind::rmsnorm:
+      case ir::OpKind::rmsnorm_quant: f32(op, op.s("weight"), width); break;
+      case ir::OpKind::matmul: q8(op, op.s("weight")); break;
+      case ir::OpKind::matmul_stack: {
+        WeightUpload w{WeightUpload::q8_stack, op.strs("weights"), -1, 0, -1, 0};
+        for (const auto& name : w.tensors) {
+          if (!seen.insert(name).second)
+            throw RuntimeError(fmt::format("{}: weight '{}' is used twice; a stacked weight is used once", op.describe(), name));
+          const gguf::TensorInfo& t = need_q8(f, name, op);
+          if (w.cols >= 0 && (int64_t)t.ne[0] != w.cols)
+            throw RuntimeError(fmt::format("{}: stacked weights of different widths", op.describe()));
+          w.cols = (int64_t)t.ne[0];
+          w.rows += (int64_t)t.ne[1];
+        }
+        w.bytes = (int64_t)(q8_qs_bytes(w.rows, w.cols) + q8_scale_bytes(w.rows, w.cols));
+        L.weights.push_back(std::move(w));
+        break;
+      }
+      case ir::OpKind::conv1d_silu: {
+        const runtime::BoundState& st = g.states.at((size_t)b.state);
+        f32(op, op.s("weight"), (st.shape.at(0) + 1) * width);
+        break;
+      }
+      case ir::OpKind::gdn:
+        f32(op, op.s("ssm_a"), op.i("value_heads"));
+        f32(op, op.s("dt_bias"), op.i("value_heads"));
+        break;
+      case ir::OpKind::gated_rmsnorm:
+      case ir::OpKind::head_rmsnorm: f32(op, op.s("weight"), op.i("head_dim")); break;
+      case ir::OpKind::rope: {
+        const int64_t n = op.i("rope_dims") / 2;
+        L.weights.push_back({WeightUpload::rope_table, {}, (int)i, n, 1, n * 8});
+        break;
+      }
+      case ir::OpKind::quantize:
+      case ir::OpKind::add:
+      case ir::OpKind::swiglu:
+      case ir::OpKind::kv_write:
+      case ir::OpKind::attention:
+      case ir::OpKind::gather_rows: break;
+    }
+  }
+  for (const auto& w : L.weights) L.weight_bytes += w.bytes;
+  if (L.vocab_rows <= 0) throw RuntimeError("graph has no embedding");
+
+  L.max_t = plan.max_batch_tokens;
+  L.max_r = plan.max_logit_rows;
+  L.arena_bytes = plan.memory.devices.empty() ? 0 : plan.memory.devices[0].arena;
+  L.io_bytes = 2 * L.max_t * 4 + 2 * L.max_r * 4;
+  const ir::AttrValue* adjust = plan.graph.attr("top_k_adjust_per_row");
+  if (!adjust || !std::holds_alternative<int64_t>(*adjust))
+    throw RuntimeError("plan: the graph has no top_k_adjust_per_row (recompile the plan)");
+  L.top_k_adjust = std::get<int64_t>(*adjust);
+  L.top_k_rows = std::min(L.max_r, plan.max_sequences);
+  L.top_k_vocab = plan.vocab_real > 0 ? std::min(plan.vocab_real, L.vocab_rows) : L.vocab_rows;
+  L.sampling_bytes = kernels::top_k_buffers(L.top_k_vocab, L.top_k_rows, L.top_k_adjust).total();
+
+  for (const auto& st : g.states) {
+    if (st.positional) {
+      if (st.dtype != ir::DType::f16)
+        throw RuntimeError(fmt::format("state %{} is {}: the CUDA dp4a family keeps fp16 key and value caches", st.name,
+                                       ir::dtype_name(st.dtype)));
+      L.state_offset.push_back(-1);
+      L.cache_halves.push_back(st.elements);
+      L.slot_bytes += st.elements * 2;
+    } else {
+      if (st.dtype != ir::DType::f32)
+        throw RuntimeError(fmt::format("state %{} is {}: recurrent states are f32", st.name, ir::dtype_name(st.dtype)));
+      L.state_offset.push_back(L.rec_floats);
+      L.cache_halves.push_back(0);
+      L.rec_floats += align_up(st.elements, 64);
+    }
+  }
+  L.slot_bytes += L.rec_floats * 4;
+  L.slots = plan.max_sequences;
+  return L;
+}
+
+void check_layout(const DeviceLayout& L, const ir::Plan& plan) {
+  if (plan.memory.devices.size() != 1)
+    throw RuntimeError(fmt::format("plan: {} device memory tables for a single-GPU plan", plan.memory.devices.size()));
+  const ir::DeviceMemory& m = plan.memory.devices[0];
+  const std::pair<const char*, std::pair<int64_t, int64_t>> parts[] = {
+      {"weights", {L.weight_bytes, m.weights}},
+      {"activation arena", {L.arena_bytes, m.arena}},
+      {"step inputs and outputs", {L.io_bytes, m.io}},
+      {"sampling buffers", {L.sampling_bytes, m.sampling}},
+      {"slot states", {L.slot_bytes * L.slots, m.states}},
+  };
+  for (const auto& [what, v] : parts)
+    if (v.first != v.second)
+      throw RuntimeError(fmt::format("plan: its memory table says {} bytes of {} on {}, the runtime needs {}: recompile "
+                                     "the plan with this qrig", v.second, what, m.device, v.first));
+  const int64_t snaps = L.rec_floats * 4 * plan.memory.snapshots_per_slot * L.slots;
+  if (snaps != m.snapshots || plan.memory.snapshot_bytes != L.rec_floats * 4)
+    throw RuntimeError(fmt::format("plan: its snapshot budget ({} bytes, {} per snapshot) does not match the runtime's "
+                                   "({} bytes, {} per snapshot): recompile the plan", m.snapshots,
+                                   plan.memory.snapshot_bytes, snaps, L.rec_floats * 4));
+}
+
+}  // namespace qrig::cuda

@@ -1,0 +1,53 @@
+// What the CUDA executor allocates for a plan on its device, worked out on the host before anything is
+// allocated (no CUDA calls: tests run it without a GPU): every weight upload (Q8_0 matrices repacked, stacks of
+// them, f32 vectors, RoPE tables), the activation arena the plan laid out, the per-step inputs and outputs, the
+// sampling buffers and every slot's states. The executor allocates exactly these entries, and bind refuses a
+// plan whose memory table (the compiler's plan_memory) disagrees with them, so `qrig inspect` shows what the
+// runtime really takes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "ir/plan.h"
+#include "runtime/bound_graph.h"
+
+namespace qrig::cuda {
+
+struct WeightUpload {
+  enum Kind { q8, q8_stack, f32, rope_table } kind = q8;
+  std::vector<std::string> tensors;  // one tensor, or a stack's members in order
+  int op = -1;                       // rope_table: the op (index into the graph's ops) whose table it is
+  int64_t rows = 0, cols = 0;        // q8 / q8_stack: the (stacked) matrix; f32 / rope_table: rows = values
+  int64_t bytes = 0;                 // device bytes (q8: int8 values + fp16 scales)
+};
+
+struct DeviceLayout {
+  std::vector<WeightUpload> weights;
+  int64_t weight_bytes = 0;
+  int64_t arena_bytes = 0;
+  int64_t max_t = 0, max_r = 0;         // rows of a step, output rows of a step
+  int64_t io_bytes = 0;                 // tokens, positions [max_t] + output rows, argmax [max_r] (int32)
+  int64_t top_k_rows = 0, top_k_adjust = 0, top_k_vocab = 0, vocab_rows = 0;
+  int64_t sampling_bytes = 0;
+  // Per slot: the recurrent states (each at a 64-float aligned offset of one f32 buffer), then one fp16 buffer per
+  // key or value cache.
+  std::vector<int64_t> state_offset;    // floats, per graph state (-1 for caches)
+  std::vector<int64_t> cache_halves;    // per graph state: fp16 values of a cache (0 for recurrent states)
+  int64_t rec_floats = 0;
+  int64_t slot_bytes = 0;
+  int64_t slots = 0;
+  int64_t total() const { return weight_bytes + arena_bytes + io_bytes + sampling_bytes + slot_bytes * slots; }
+};
+
+// Throws RuntimeError for weights the plan names that the file lacks or whose type or shape the plan's kernels
+// cannot take.
+DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, const gguf::File& f);
+
+// Throws RuntimeError naming the first part whose bytes differ from the plan's memory table (the plan was made
+// by another compiler, edited, or the two disagree: a bug).
+void check_layout(const DeviceLayout& layout, const ir::Plan& plan);
+
+}  // namespace qrig::cuda

@@ -1,0 +1,117 @@
+// CI without a GPU: what the CUDA runtime takes from a plan is what the plan says. For the preset plans (tiny
+// fixture, 9B and 27B synth layouts; H200 and CMP 100-210 rigs; 64 and 512 tokens per step): the variants
+// graph.ir names (plan_kernels, what `qrig compile` precompiles) are exactly those the executor's binding loads
+// (its kernel binding run with a recording loader), and the executor's allocations (layout.h, from which it
+// allocates) equal the plan's memory table, part by part; a plan whose table disagrees is refused by name. The
+// executor's op tables cover every op kind.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "runtime/bound_graph.h"
+#include "runtime/cuda/executor_impl.h"
+#include "runtime/cuda/layout.h"
+#include "runtime/cuda/plan_kernels.h"
+#include "tests/cuda/cuda_test_util.h"
+
+using namespace qrig;
+
+namespace {
+
+struct Case {
+  std::string model, rig;
+  int64_t batch;
+};
+const std::vector<Case> kCases = {{"tiny", "h200", 64},  {"tiny", "h200", 512},  {"9b", "h200", 64},
+                                  {"9b", "h200", 512},   {"27b", "h200", 64},    {"27b", "h200", 512},
+                                  {"tiny", "cmp-100-210-x4", 512}, {"9b", "cmp-100-210-x4", 64},
+                                  {"27b", "cmp-100-210-x4", 64}};
+
+ir::Plan plan_of(const Case& c, int64_t max_gpus) {
+  compiler::CompileOptions o;
+  o.max_batch_tokens = c.batch;
+  o.max_gpus = max_gpus;
+  return presets::compile_preset(c.model, c.rig, o);
+}
+
+std::string model_path(const std::string& model) {
+  static presets::ScratchDir dir("plan-runtime");
+  return model == "tiny" ? presets::kFixtures + "tiny.gguf" : presets::write_sparse_synth(model, dir.path).string();
+}
+
+}  // namespace
+
+TEST_CASE("the variants a plan names are exactly the precompiled ones and the ones the executor loads", "[cuda]") {
+  for (const Case& c : kCases) {
+    INFO(c.model << "@" << c.rig << " batch " << c.batch);
+    const ir::Plan p = plan_of(c, 0);
+    std::set<std::string> named;
+    for (const auto& v : cuda::plan_kernels(p)) named.insert(v.name);
+    const std::vector<std::string> loaded = runtime::kernels_loaded_by(p);
+    CHECK(named == std::set<std::string>(loaded.begin(), loaded.end()));
+    CHECK(named.size() > 20);
+  }
+  // A plan naming a variant of the wrong template for an op is refused at binding.
+  ir::Plan p = plan_of(kCases[0], 0);
+  for (auto& op : p.graph.ops)
+    if (op.kind == ir::OpKind::add) {
+      op.set("kernel", std::string("1-64:swiglu_f32_t256"));
+      break;
+    }
+  CHECK_THROWS_WITH(runtime::kernels_loaded_by(p), Catch::Contains("swiglu_f32_t256") && Catch::Contains("add_f32"));
+  // ... and so is one whose matmul reads other activation planes than its input's quantizer writes.
+  p = plan_of(kCases[0], 0);
+  for (auto& op : p.graph.ops)
+    if (op.kind == ir::OpKind::quantize) {
+      op.set("kernel", std::string("1-64:quant_act_q8_p1_t256"));
+      break;
+    }
+  CHECK_THROWS_WITH(runtime::kernels_loaded_by(p), Catch::Contains("activation plane"));
+}
+
+TEST_CASE("the executor's allocations equal the plan's memory table, part by part", "[cuda]") {
+  for (const Case& c : kCases) {
+    if (c.model == "27b" && c.rig != "h200") continue;  // 27B needs more than one 16 GiB card
+    INFO(c.model << "@" << c.rig << " batch " << c.batch);
+    const ir::Plan p = plan_of(c, 1);  // the runtime runs single-GPU plans
+    REQUIRE(p.memory.devices.size() == 1);
+    const gguf::File f = gguf::File::open(model_path(c.model));
+    const runtime::BoundGraph g(p);
+    const cuda::DeviceLayout L = cuda::device_layout(p, g, f);
+    CHECK_NOTHROW(cuda::check_layout(L, p));
+    const ir::DeviceMemory& m = p.memory.devices[0];
+    CHECK(L.total() + m.snapshots == m.total);
+    CHECK(L.total() <= m.budget);
+    CHECK(L.weight_bytes == m.weights);
+    CHECK(L.arena_bytes == p.memory.activation_bytes);
+    // Every result and scratch of the graph lies inside the arena.
+    for (const auto& op : p.graph.ops) {
+      if (op.has("at"))
+        for (int64_t at : op.ints("at")) CHECK((at >= 0 && at < L.arena_bytes && at % 256 == 0));
+      if (op.has("scratch")) CHECK(op.ints("scratch")[0] + op.ints("scratch")[1] <= L.arena_bytes);
+    }
+  }
+  // A memory table that disagrees with what the runtime needs is refused, naming the part.
+  const Case c = kCases[0];
+  ir::Plan p = plan_of(c, 1);
+  const gguf::File f = gguf::File::open(model_path(c.model));
+  const runtime::BoundGraph g(p);
+  const cuda::DeviceLayout L = cuda::device_layout(p, g, f);
+  for (auto [part, field] : std::vector<std::pair<const char*, int64_t ir::DeviceMemory::*>>{
+           {"weights", &ir::DeviceMemory::weights},
+           {"activation arena", &ir::DeviceMemory::arena},
+           {"step inputs and outputs", &ir::DeviceMemory::io},
+           {"sampling buffers", &ir::DeviceMemory::sampling},
+           {"slot states", &ir::DeviceMemory::states}}) {
+    ir::Plan q = p;
+    q.memory.devices[0].*field += 256;
+    CHECK_THROWS_WITH(cuda::check_layout(L, q), Catch::Contains(part));
+  }
+  ir::Plan q = p;
+  q.memory.snapshots_per_slot += 1;
+  CHECK_THROWS_WITH(cuda::check_layout(L, q), Catch::Contains("snapshot"));
+}
+
+TEST_CASE("the CUDA executor's op tables have a row for every op kind", "[cuda]") {
+  CHECK(runtime::cuda_op_tables_complete());
+}
