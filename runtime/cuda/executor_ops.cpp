@@ -224,7 +224,17 @@ const float* f32_weight(Impl& m, const std::string& name, const ir::Op& op) {
 }
 int64_t scratch_bytes(const CudaStep& s) { return s.scratch ? s.b->op->ints("scratch").at(1) : 0; }
 
-void res_embed(Impl& m, CudaStep& s) { s.w = {q8_weight(m, s.b->op->s("weight"), *s.b->op)}; }
+// A matrix must map the op's input width to its result width (a GGUF whose shapes disagree with the plan's).
+void require_shape(const cuda::Q8Matrix& w, int64_t rows, int64_t cols, const ir::Op& op, const std::string& name) {
+  if (w.rows != rows || w.cols != cols)
+    throw RuntimeError(fmt::format("{}: weight '{}' is [{}][{}], the op needs [{}][{}]", op.describe(), name, w.rows,
+                                   w.cols, rows, cols));
+}
+
+void res_embed(Impl& m, CudaStep& s) {
+  s.w = {q8_weight(m, s.b->op->s("weight"), *s.b->op)};
+  require_shape(s.w[0], s.w[0].rows, m.graph->width(s.b->results[0]), *s.b->op, s.b->op->s("weight"));
+}
 void res_norm(Impl& m, CudaStep& s) {
   s.vec = f32_weight(m, s.b->op->s("weight"), *s.b->op);
   s.eps = (float)s.b->op->f("eps");
@@ -232,12 +242,18 @@ void res_norm(Impl& m, CudaStep& s) {
       scratch_bytes(s) < m.layout.max_t * m.graph->width(s.b->results[0]) * 4)
     throw RuntimeError(fmt::format("{}: no scratch for the normalised rows (recompile the plan)", s.b->op->describe()));
 }
-void res_matmul(Impl& m, CudaStep& s) { s.w = {q8_weight(m, s.b->op->s("weight"), *s.b->op)}; }
+void res_matmul(Impl& m, CudaStep& s) {
+  s.w = {q8_weight(m, s.b->op->s("weight"), *s.b->op)};
+  require_shape(s.w[0], m.graph->width(s.b->results[0]), m.graph->width(s.b->args[0]), *s.b->op, s.b->op->s("weight"));
+}
 void res_matmul_stack(Impl& m, CudaStep& s) {
   const ir::Op& op = *s.b->op;
   const auto& ws = op.strs("weights");
   if (ws.size() > 4) throw RuntimeError(op.describe() + ": at most 4 stacked weights");
-  for (const auto& w : ws) s.w.push_back(q8_weight(m, w, op));
+  for (size_t k = 0; k < ws.size(); ++k) {
+    s.w.push_back(q8_weight(m, ws[k], op));
+    require_shape(s.w.back(), m.graph->width(s.b->results[k]), m.graph->width(s.b->args[0]), op, ws[k]);
+  }
   auto it = m.stack_by_head.find(ws.at(0));
   if (it == m.stack_by_head.end()) throw RuntimeError(op.describe() + ": its weights were not uploaded as a stack");
   s.stacked = it->second;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+
+#include <fmt/format.h>
 #include <vector>
 
 #include "ir/kernel_attr.h"
@@ -45,6 +47,8 @@ class PlanMatmul {
       : k_(k), n_(n), planes_(planes), mm_(matmul_kernels(load, k, n, max_t, sms, planes, min_t)) {}
   void run(const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2, int64_t T, float* y,
            cudaStream_t stream) const {
+    if (w.cols != k_ || w.rows != n_)
+      throw KernelError(fmt::format("matmul [{}] -> [{}] given weights [{}][{}]", k_, n_, w.rows, w.cols));
     mm_.run(w, xq, xd, xq2, T, y, stream);
   }
   const Variant& variant_for(int64_t T) const { return mm_.kernel_for(T).variant; }
