@@ -352,23 +352,73 @@ ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what, s
   return minimize(d);
 }
 
+bool counts_safely(const ByteDfa& d) {
+  // need[s]: continuation bytes still owed by the character in progress (-1 = not reached yet)
+  std::vector<int> need(d.size(), -1);
+  need[0] = 0;
+  std::vector<int32_t> stack{0};
+  while (!stack.empty()) {
+    const int32_t s = stack.back();
+    stack.pop_back();
+    for (int c = 0; c < 256; ++c) {
+      const int32_t t = d.step(s, static_cast<uint8_t>(c));
+      if (t == ByteDfa::kNone) continue;
+      const int owed = need[static_cast<size_t>(s)];
+      const int n = owed > 0 ? owed - 1 : c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
+      if (need[static_cast<size_t>(t)] == -1) {
+        need[static_cast<size_t>(t)] = n;
+        stack.push_back(t);
+      } else if (need[static_cast<size_t>(t)] != n) {
+        return false;
+      }
+    }
+  }
+  bool start_reentered = false;  // then the start state stands for later positions too
+  for (size_t s = 0; s < d.size(); ++s)
+    for (int c = 0; c < 256; ++c) start_reentered = start_reentered || d.step(static_cast<int32_t>(s), static_cast<uint8_t>(c)) == 0;
+  for (size_t s = 0; s < d.size(); ++s) {
+    if (need[s] != 0) continue;
+    if ((s != 0 || start_reentered) && !d.accept[s]) return false;
+    // one more character back to a boundary
+    std::vector<int32_t> frontier{static_cast<int32_t>(s)};
+    bool back = false;
+    for (int depth = 0; depth < 4 && !back && !frontier.empty(); ++depth) {
+      std::vector<int32_t> next;
+      for (int32_t f : frontier)
+        for (int c = 0; c < 256 && !back; ++c) {
+          const int32_t t = d.step(f, static_cast<uint8_t>(c));
+          if (t == ByteDfa::kNone) continue;
+          if (need[static_cast<size_t>(t)] == 0) back = true;
+          else next.push_back(t);
+        }
+      std::sort(next.begin(), next.end());
+      next.erase(std::unique(next.begin(), next.end()), next.end());
+      frontier = std::move(next);
+    }
+    if (!back) return false;
+  }
+  return true;
+}
+
 ByteDfa limit_chars(const ByteDfa& a, uint32_t min_chars, uint32_t max_chars, const std::string& what,
                     size_t max_states) {
   const bool bounded = max_chars != UINT32_MAX;
   const uint32_t cap = bounded ? max_chars : min_chars;  // counts saturate here without a maximum
   ByteDfa d;
-  std::unordered_map<uint64_t, int32_t> ids;
+  if (static_cast<uint64_t>(a.size()) * (uint64_t{cap} + 1) > uint64_t{64} * max_states)
+    throw GrammarError(what + " needs more than " + std::to_string(max_states) + " automaton states");
+  std::vector<int32_t> ids(a.size() * (static_cast<size_t>(cap) + 1), -1);
   std::vector<std::pair<int32_t, uint32_t>> states;
   auto id_of = [&](int32_t s, uint32_t k) {
-    const uint64_t key = (static_cast<uint64_t>(s) << 32) | k;
-    auto [it, fresh] = ids.emplace(key, static_cast<int32_t>(states.size()));
-    if (fresh) {
+    int32_t& id = ids[static_cast<size_t>(s) * (static_cast<size_t>(cap) + 1) + k];
+    if (id < 0) {
       if (states.size() >= max_states)
         throw GrammarError(what + " needs more than " + std::to_string(max_states) + " automaton states");
+      id = static_cast<int32_t>(states.size());
       states.emplace_back(s, k);
       d.add_state(a.accept[static_cast<size_t>(s)] && k >= min_chars && k <= max_chars);
     }
-    return it->second;
+    return id;
   };
   id_of(0, 0);
   for (size_t i = 0; i < states.size(); ++i) {

@@ -73,6 +73,10 @@ ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, const std::string& what, s
 ByteDfa limit_chars(const ByteDfa& d, uint32_t min_chars, uint32_t max_chars, const std::string& what,
                     size_t max_states = 20000);
 bool is_empty(const ByteDfa& d);
+// Whether character-count limits can be left to counting (grammar_rules.h LexInst) instead of
+// limit_chars without a dead end: after every complete character except at the start the text is a word,
+// and from every state one more character leads to such a point. (Then every length is reachable.)
+bool counts_safely(const ByteDfa& d);
 
 // A rule matching exactly the strings of `d` (one rule per state; right-linear, so the machine needs no
 // stack frames for it). A DFA without strings gives a rule without alternatives.

@@ -199,7 +199,7 @@ std::string JsonSchemaCompiler::string_key(const json& s) {
   return key_of(k);
 }
 
-std::optional<ByteDfa> JsonSchemaCompiler::string_dfa(const json& s) {
+std::optional<JsonSchemaCompiler::StringAutomaton> JsonSchemaCompiler::string_dfa(const json& s) {
   std::vector<std::string> patterns;
   if (auto p = s.find("pattern"); p != s.end()) {
     if (p->is_string()) patterns.push_back(p->get<std::string>());
@@ -222,9 +222,18 @@ std::optional<ByteDfa> JsonSchemaCompiler::string_dfa(const json& s) {
   const uint32_t min = schema_count(s, "minLength", 0), max = schema_count(s, "maxLength", UINT32_MAX);
   if (min > max)
     throw GrammarError("string length range is empty: minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
-  if (min > 0 || max != UINT32_MAX) v = limit_chars(*v, min, max, what);
-  string_dfas_.emplace(key, *v);
-  return v;
+  StringAutomaton out;
+  if (min > 0 || max != UINT32_MAX) {
+    if (counts_safely(*v)) {
+      out.min_chars = min;
+      out.max_chars = max;
+    } else {
+      v = limit_chars(*v, min, max, what);
+    }
+  }
+  out.dfa = std::move(*v);
+  string_dfas_.emplace(key, out);
+  return out;
 }
 
 uint32_t JsonSchemaCompiler::literal_rule(const std::vector<json>& values) {
@@ -418,13 +427,14 @@ uint32_t JsonSchemaCompiler::compile_inner(const json& s) {
 uint32_t JsonSchemaCompiler::type_rule(const std::string& type, const json& s) {
   if (type == "string") {
     const uint32_t min = schema_count(s, "minLength", 0), max = schema_count(s, "maxLength", UINT32_MAX);
-    if (std::optional<ByteDfa> v = string_dfa(s)) {
+    if (std::optional<StringAutomaton> v = string_dfa(s)) {
       std::vector<Item> seq;
       b_.lit(seq, "\"");
-      const std::string key = string_key(s);
-      auto lexer = string_lexer(*v, tool_safe_ ? StringLexerMode::JsonToolSafe : StringLexerMode::Json, key);
+      // the key names the automaton: with the lengths folded in or not
+      const std::string key = string_key(s) + (v->max_chars != UINT32_MAX || v->min_chars ? "|counted" : "");
+      auto lexer = string_lexer(v->dfa, tool_safe_ ? StringLexerMode::JsonToolSafe : StringLexerMode::Json, key);
       if (!lexer) return b_.new_rule();  // no string can be written
-      seq.push_back(b_.lex(std::move(lexer)));
+      seq.push_back(b_.lex(std::move(lexer), v->min_chars, v->max_chars));
       return b_.rule_of({std::move(seq)});
     }
     return string_rule(min, max);

@@ -74,8 +74,14 @@ class JsonSchemaCompiler {
   bool literal_ok(const std::string& text) const;
   // Whether v is valid for s (grammar_schema.h's validator, for the honoured keywords).
   bool accepts(const nlohmann::ordered_json& v, const nlohmann::ordered_json& s) { return checker_.accepts(v, s); }
-  // pattern / format of a string schema with its length limits folded in; nullopt when it has neither.
-  std::optional<ByteDfa> string_dfa(const nlohmann::ordered_json& s);
+  // pattern / format of a string schema; nullopt when it has neither. Its length limits are folded into
+  // the automaton, except where counting them is safe (counts_safely): then they are left in min_chars /
+  // max_chars for the lexeme (else those are 0 / UINT32_MAX).
+  struct StringAutomaton {
+    ByteDfa dfa;
+    uint32_t min_chars = 0, max_chars = UINT32_MAX;
+  };
+  std::optional<StringAutomaton> string_dfa(const nlohmann::ordered_json& s);
   // Identifies string_dfa's automaton (pattern, format, lengths).
   static std::string string_key(const nlohmann::ordered_json& s);
 
@@ -107,7 +113,7 @@ class JsonSchemaCompiler {
   std::map<uint32_t, uint32_t> opt_digits_;
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> strings_;
   std::map<std::string, uint32_t> numbers_;
-  std::map<std::string, ByteDfa> string_dfas_;
+  std::map<std::string, StringAutomaton> string_dfas_;
   SchemaChecker checker_;
   std::vector<std::string> path_;
   static constexpr uint32_t kNone = UINT32_MAX;

@@ -3,7 +3,6 @@
 // automaton with the JSON escape syntax (or, for raw tool-call values, with the exit and tag patterns), then
 // cut down to the states from which the string can still end, so that a mask is never empty inside it.
 #include <array>
-#include <map>
 #include <tuple>
 
 #include "text/grammar_dfa.h"
@@ -44,21 +43,23 @@ std::shared_ptr<const Lexer> string_lexer(const ByteDfa& value, StringLexerMode 
   // that may still turn out to be the exit pattern (pm.pending of the node), which are fed to `value` only
   // once they cannot be the exit any more.
   using Key = std::tuple<int32_t, uint8_t, uint16_t>;
-  std::map<Key, uint32_t> ids;
+  const size_t n_nodes = pm.go.size();
+  std::vector<uint32_t> ids(value.size() * 8 * n_nodes, UINT32_MAX);  // (v, phase, node) -> state
   std::vector<Key> states;
   std::vector<std::array<int64_t, 256>> edges;  // -1 = none; else to | char_start << 32
   uint32_t final_id = UINT32_MAX;
   auto id_of = [&](int32_t v, uint8_t ph, uint16_t m) -> uint32_t {
     if (ph == Final) m = 0, v = 0;
-    auto [it, fresh] = ids.emplace(Key{v, ph, m}, static_cast<uint32_t>(states.size()));
-    if (fresh) {
+    uint32_t& id = ids[(static_cast<size_t>(v) * 8 + ph) * n_nodes + m];
+    if (id == UINT32_MAX) {
       if (states.size() >= kMaxStates)
         throw GrammarError(key + ": the string automaton needs more than " + std::to_string(kMaxStates) + " states");
+      id = static_cast<uint32_t>(states.size());
       states.emplace_back(v, ph, m);
       edges.emplace_back().fill(-1);
-      if (ph == Final) final_id = it->second;
+      if (ph == Final) final_id = id;
     }
-    return it->second;
+    return id;
   };
   auto feed = [&](int32_t v, std::string_view bytes) {
     for (unsigned char c : bytes) {

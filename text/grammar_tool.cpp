@@ -182,10 +182,12 @@ class ToolCompiler {
                          "\" may be a string or a constrained other type, which a raw tool-call value cannot keep apart");
     uint32_t min_chars = 0, max_chars = UINT32_MAX;
     if (str && str->is_object()) {
-      if (std::optional<grammar::ByteDfa> v = jc.string_dfa(*str)) {
-        auto lexer = grammar::string_lexer(*v, grammar::StringLexerMode::RawToolValue, grammar::JsonSchemaCompiler::string_key(*str));
+      if (auto v = jc.string_dfa(*str)) {
+        const std::string key = grammar::JsonSchemaCompiler::string_key(*str) +
+                                (v->max_chars != UINT32_MAX || v->min_chars ? "|counted" : "");
+        auto lexer = grammar::string_lexer(v->dfa, grammar::StringLexerMode::RawToolValue, key);
         if (!lexer) return b_.new_rule();  // no value can be written
-        head.push_back(b_.lex(std::move(lexer)));
+        head.push_back(b_.lex(std::move(lexer), v->min_chars, v->max_chars));
         b_.lit(head, "\n");
         return b_.rule_of({std::move(head)});
       }

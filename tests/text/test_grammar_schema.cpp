@@ -291,3 +291,33 @@ TEST_CASE("keywords the grammar cannot honour are refused by name, with where th
   CHECK(refusal(J(R"({"type":"array","uniqueItems":false,"title":"t","description":"d","x-vendor":1,"examples":[[]],
                      "$comment":"c","deprecated":false,"default":[]})")) == "");
 }
+
+TEST_CASE("pattern strings with length limits never reach a dead end", "[text]") {
+  const auto vocab = tiny_vocab();
+  const std::vector<std::string> patterns = {"^[a-z]+$", "x", "^[^<>]*$", "^(ab)+$", "^a?b?c?d?$", "é", "^[0-9a-f]{2,}$",
+                                             "^.{3}$", "q.*z"};
+  const std::vector<std::pair<int, int>> limits = {{0, 1}, {1, 3}, {2, 2}, {3, 7}, {5, -1}, {0, 40}};
+  for (const std::string& p : patterns)
+    for (const auto& [lo, hi] : limits) {
+      ojson schema = {{"type", "string"}, {"pattern", p}, {"minLength", lo}};
+      if (hi >= 0) schema["maxLength"] = hi;
+      std::unique_ptr<TokenGrammar> g0;
+      try {
+        g0 = TokenGrammar::json_schema(schema, vocab);
+      } catch (const GrammarError& e) {
+        INFO(schema.dump() << ": " << e.what());
+        CHECK(std::string(e.what()).find("admits no value") != std::string::npos);
+        continue;
+      }
+      for (uint64_t seed = 1; seed <= 6; ++seed) {
+        auto g = TokenGrammar::json_schema(schema, vocab);
+        const WalkResult r = random_walk(*g, enc, {"\"", "z\"", "ab\"", "x\"", "é\"", "q1z\""}, seed, 2000, true);
+        INFO(schema.dump() << ": " << show(r.text));
+        REQUIRE(r.completed);
+        const std::string s = ojson::parse(r.text).get<std::string>();
+        CHECK(pcre_search(p, s));
+        CHECK(utf8_chars(s) >= static_cast<size_t>(lo));
+        if (hi >= 0) CHECK(utf8_chars(s) <= static_cast<size_t>(hi));
+      }
+    }
+}
