@@ -254,7 +254,13 @@ uint32_t JsonSchemaCompiler::ref_rule(const std::string& ref) {
   refs_[ref] = r;  // before compiling the target: recursive references land here
   std::vector<std::string> saved = std::move(path_);
   path_ = {ref.size() > 2 ? ref.substr(2) : std::string()};
-  const uint32_t target = compile(checker_.resolve(ref));
+  uint32_t target;
+  try {
+    target = compile(checker_.resolve(ref));
+  } catch (...) {
+    path_ = std::move(saved);
+    throw;
+  }
   path_ = std::move(saved);
   b_.add_alt(r, {GrammarBuilder::call(target)});
   return r;

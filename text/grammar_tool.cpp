@@ -82,8 +82,10 @@ class ToolCompiler {
       member_required.push_back(req);
     };
     for (const auto& [name, schema] : props->items()) add(name, schema);
+    // a required name that is not declared follows additionalProperties (false: impossible)
+    const json undeclared = params.contains("additionalProperties") ? params["additionalProperties"] : json(true);
     for (const std::string& name : required)
-      if (!props->contains(name)) add(name, json(true));
+      if (!props->contains(name)) add(name, undeclared);
     if (members.empty()) return;
     if (members.size() <= 32) {
       grammar::PermGroup group;
@@ -150,6 +152,7 @@ class ToolCompiler {
       b_.lit(head, "\n</parameter>\n");
       return b_.rule_of({std::move(head)});
     }
+    check_raw_keywords(schema);
     // Raw text: the string's constraints (those of the string branch of a union) hold for it. Text the
     // output parser reads as another type of a union must then be valid as that type: refused where the
     // schema constrains those types.
@@ -197,6 +200,16 @@ class ToolCompiler {
     head.push_back(b_.lex(raw_def_, min_chars, max_chars));  // ends with "\n</parameter>"
     b_.lit(head, "\n");
     return b_.rule_of({std::move(head)});
+  }
+
+  // A raw value's schema is not compiled as JSON: its keywords (and its branches') are checked here, so
+  // that none is ignored there either.
+  void check_raw_keywords(const json& s, int depth = 0) {
+    if (!s.is_object() || depth > 16) return;
+    grammar::check_keywords(s);
+    for (const char* key : {"anyOf", "oneOf", "allOf"})
+      if (auto it = s.find(key); it != s.end() && it->is_array())
+        for (const json& b : *it) check_raw_keywords(b, depth + 1);
   }
 
   // Keywords that constrain values other than strings (beyond their type).

@@ -181,6 +181,9 @@ TEST_CASE("tool calls: raw string parameters follow pattern, format and lengths"
   const ojson extra = J(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","minProperties":1,
       "properties":{"x":{"type":"string"}}}}}])");
   CHECK_THROWS_WITH(TokenGrammar::tool_call(extra, std::nullopt, false, false, vocab), Catch::Contains("minProperties"));
+  const ojson typo = J(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"x":{"type":"string","maxLenght":3}}}}}])");
+  CHECK_THROWS_WITH(TokenGrammar::tool_call(typo, std::nullopt, false, false, vocab), Catch::Contains("maxLenght"));
   const ojson unique = J(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
       "properties":{"x":{"type":"array","uniqueItems":true}}}}}])");
   CHECK_THROWS_WITH(TokenGrammar::tool_call(unique, std::nullopt, false, false, vocab), Catch::Contains("uniqueItems"));
@@ -279,6 +282,9 @@ TEST_CASE("keywords the grammar cannot honour are refused by name, with where th
       {R"({"type":"object","properties":{"p":{"type":"array","items":{"type":"string","pattern":"\\1"}}}})",
        "at #/properties/p/items: pattern"},
       {R"({"$defs":{"x":{"type":"integer","dependencies":{}}},"type":"object","properties":{"r":{"$ref":"#/$defs/x"}}})",
+       "at #/$defs/x: schema keyword \"dependencies\""},
+      {R"({"$defs":{"x":{"type":"integer","dependencies":{}}},"type":"object","properties":{"a":{"type":"object",
+          "properties":{"b":{"type":"array","items":{"$ref":"#/$defs/x"}}}}}})",
        "at #/$defs/x: schema keyword \"dependencies\""},
   };
   for (const auto& [schema, what] : refused) {
