@@ -173,6 +173,19 @@ TEST_CASE("tool calls: raw string parameters follow pattern, format and lengths"
     CHECK(args["seats"].get<int>() >= 1);
     CHECK(args["seats"].get<int>() <= 9);
   }
+  // a required parameter that is not declared follows additionalProperties
+  const ojson undeclared = J(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{},"required":["n"],"additionalProperties":{"type":"integer","minimum":1,"maximum":3}}}}])");
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    auto g = TokenGrammar::tool_call(undeclared, std::nullopt, false, false, vocab);
+    const WalkResult r = random_walk(*g, tok_enc, {"\n</parameter>\n", "</function>\n</tool_call>", "1"}, seed, 3000, true);
+    INFO(show(r.text));
+    REQUIRE(r.completed);
+    const ParsedOutput out = parse_output(r.text, nlohmann::json::parse(undeclared.dump()), false, "call_");
+    REQUIRE(out.tool_calls.size() == 1);
+    const ojson n = ojson::parse(out.tool_calls[0].arguments)["n"];
+    CHECK((n == 1 || n == 2 || n == 3));
+  }
   // a string-or-number parameter whose number side is constrained cannot be kept apart as raw text
   const ojson mixed = J(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{
       "x":{"type":["string","integer"],"maximum":5}}}}}])");
