@@ -19,7 +19,10 @@
 //     to keep it; nlohmann::json sorts keys), required ones always, optional ones may be left out; extra
 //     members (when allowed) after the declared ones;
 //   - numbers: at most 16 integer digits, 16 fraction digits and 2 exponent digits (so generation cannot run
-//     away in a number, and every number fits a double).
+//     away in a number, and every number fits a double); under minimum/maximum/multipleOf, fixed point
+//     without exponent or integers (grammar_number.h);
+//   - strings under pattern / format: a lexer built from the pattern's automaton (grammar_regex.h), so the
+//     mask inside them also comes from the per-state token-set cache.
 // Tool calls (Qwen3.5 XML, QWEN35.md) - see tool_call() below.
 //
 // "complete" means the output so far is a whole sentence of the grammar: end-of-generation ids are then

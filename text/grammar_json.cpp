@@ -6,6 +6,7 @@
 #include <set>
 
 #include "text/grammar.h"
+#include "text/grammar_number.h"
 #include "text/tokenizer.h"
 
 namespace qrig::text {
@@ -21,10 +22,6 @@ const std::vector<std::string>& tool_call_tags() {
 
 namespace {
 
-const std::set<std::string> kAnnotations{"title",    "description", "default",  "examples", "$comment", "deprecated",
-                                         "readOnly", "writeOnly",   "$schema",  "$id",      "$defs",    "definitions",
-                                         "$anchor",  "$vocabulary", "nullable"};
-constexpr const char* kRejected[] = {"not", "if", "then", "else", "dependentSchemas"};
 constexpr int kMaxDepth = 64;
 
 std::string brief(const json& v) {
@@ -55,43 +52,19 @@ uint32_t schema_count(const json& s, const char* key, uint32_t dflt) {
 
 namespace {
 
-bool has_type(const json& v, const std::string& t) {
-  if (t == "null") return v.is_null();
-  if (t == "boolean") return v.is_boolean();
-  if (t == "string") return v.is_string();
-  if (t == "array") return v.is_array();
-  if (t == "object") return v.is_object();
-  if (t == "number") return v.is_number();
-  if (t == "integer")
-    return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
-  return false;
-}
-
-bool only_annotations(const json& s) {
+bool only_annotations(const json& s, const char* except = nullptr) {
   for (const auto& [k, v] : s.items())
-    if (!kAnnotations.count(k)) return false;
+    if (!is_annotation(k) && (!except || k != except)) return false;
   return true;
 }
 
-// allOf / anyOf-sibling merge: properties and required united, anything else from b wins.
-json merge(json a, const json& b) {
-  for (const auto& [k, v] : b.items()) {
-    if (k == "properties" && a.contains(k) && a[k].is_object() && v.is_object()) {
-      for (const auto& [pk, pv] : v.items()) a[k][pk] = pv;
-    } else if (k == "required" && a.contains(k) && a[k].is_array() && v.is_array()) {
-      for (const json& r : v)
-        if (std::find(a[k].begin(), a[k].end(), r) == a[k].end()) a[k].push_back(r);
-    } else {
-      a[k] = v;
-    }
-  }
-  return a;
-}
+// A readable identity for a JSON value (memo keys).
+std::string key_of(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
 
 JsonSchemaCompiler::JsonSchemaCompiler(GrammarBuilder& b, const json& root, bool tool_safe)
-    : b_(b), root_(root), tool_safe_(tool_safe) {
+    : b_(b), root_(root), tool_safe_(tool_safe), checker_(root) {
   string_def_.base = LexBase::JsonString;
   key_def_.base = LexBase::JsonStringPlain;
   if (tool_safe)
@@ -219,6 +192,50 @@ uint32_t JsonSchemaCompiler::any_object() {
   return object_;
 }
 
+std::string JsonSchemaCompiler::string_key(const json& s) {
+  json k = json::object();
+  for (const char* name : {"pattern", "format", "minLength", "maxLength"})
+    if (s.contains(name)) k[name] = s[name];
+  return key_of(k);
+}
+
+std::optional<JsonSchemaCompiler::StringAutomaton> JsonSchemaCompiler::string_dfa(const json& s) {
+  std::vector<std::string> patterns;
+  if (auto p = s.find("pattern"); p != s.end()) {
+    if (p->is_string()) patterns.push_back(p->get<std::string>());
+    else if (p->is_array() && !p->empty() && std::all_of(p->begin(), p->end(), [](const json& e) { return e.is_string(); }))
+      for (const json& e : *p) patterns.push_back(e.get<std::string>());
+    else throw GrammarError("pattern must be a string, got " + brief(*p));
+  }
+  const json* format = nullptr;
+  if (auto f = s.find("format"); f != s.end()) {
+    if (!f->is_string()) throw GrammarError("format must be a string, got " + brief(*f));
+    format = &*f;
+  }
+  if (patterns.empty() && !format) return std::nullopt;
+  const std::string key = string_key(s);
+  if (auto it = string_dfas_.find(key); it != string_dfas_.end()) return it->second;
+  std::optional<ByteDfa> v;
+  const std::string what = "the string of " + key;
+  if (format) v = checker_.format(format->get<std::string>());
+  for (const std::string& p : patterns) v = v ? intersect(*v, checker_.pattern(p), what) : checker_.pattern(p);
+  const uint32_t min = schema_count(s, "minLength", 0), max = schema_count(s, "maxLength", UINT32_MAX);
+  if (min > max)
+    throw GrammarError("string length range is empty: minLength " + std::to_string(min) + " > maxLength " + std::to_string(max));
+  StringAutomaton out;
+  if (min > 0 || max != UINT32_MAX) {
+    if (counts_safely(*v)) {
+      out.min_chars = min;
+      out.max_chars = max;
+    } else {
+      v = limit_chars(*v, min, max, what);
+    }
+  }
+  out.dfa = std::move(*v);
+  string_dfas_.emplace(key, out);
+  return out;
+}
+
 uint32_t JsonSchemaCompiler::literal_rule(const std::vector<json>& values) {
   const uint32_t r = b_.new_rule();  // no alternative left = no value (pruned later, or "admits no value")
   for (const json& v : values) {
@@ -231,35 +248,41 @@ uint32_t JsonSchemaCompiler::literal_rule(const std::vector<json>& values) {
   return r;
 }
 
-const json& JsonSchemaCompiler::resolve(const std::string& ref) const {
-  if (ref == "#") return root_;
-  if (!ref.starts_with("#/")) throw GrammarError("only local $ref (\"#/...\") is supported, got \"" + ref + "\"");
-  try {
-    return root_.at(json::json_pointer(ref.substr(1)));
-  } catch (const json::exception&) {
-    throw GrammarError("$ref \"" + ref + "\" does not resolve in the schema");
-  }
-}
-
-const json& JsonSchemaCompiler::deref(const json& s) const {
-  const json* cur = &s;
-  for (int hop = 0; hop < 32; ++hop) {
-    if (!cur->is_object()) return *cur;
-    auto r = cur->find("$ref");
-    if (r == cur->end()) return *cur;
-    if (!r->is_string()) throw GrammarError("$ref must be a string, got " + brief(*r));
-    cur = &resolve(r->get<std::string>());
-  }
-  throw GrammarError("$ref chain longer than 32 hops");
-}
-
 uint32_t JsonSchemaCompiler::ref_rule(const std::string& ref) {
   if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
   const uint32_t r = b_.new_rule();
   refs_[ref] = r;  // before compiling the target: recursive references land here
-  const uint32_t target = compile(resolve(ref));
+  std::vector<std::string> saved = std::move(path_);
+  path_ = {ref.size() > 2 ? ref.substr(2) : std::string()};
+  uint32_t target;
+  try {
+    target = compile(checker_.resolve(ref));
+  } catch (...) {
+    path_ = std::move(saved);
+    throw;
+  }
+  path_ = std::move(saved);
   b_.add_alt(r, {GrammarBuilder::call(target)});
   return r;
+}
+
+json JsonSchemaCompiler::expanded(const json& s) {
+  const json* cur = &checker_.deref(s);
+  json out;
+  for (int hop = 0; hop < 32; ++hop) {
+    if (!cur->is_object() || !cur->contains("$ref")) return *cur;
+    // a $ref with validating siblings: both apply
+    const json& r = (*cur)["$ref"];
+    if (!r.is_string()) throw GrammarError("$ref must be a string, got " + brief(r));
+    json rest = *cur;
+    rest.erase("$ref");
+    const json& target = checker_.deref(checker_.resolve(r.get<std::string>()));
+    if (target.is_boolean()) out = target.get<bool>() ? rest : json(false);
+    else if (!target.is_object()) throw GrammarError("$ref \"" + r.get<std::string>() + "\" is not a schema");
+    else out = checker_.merge(target, rest);
+    cur = &out;
+  }
+  throw GrammarError("$ref chain longer than 32 hops");
 }
 
 json JsonSchemaCompiler::merged_all_of(const json& s) {
@@ -268,23 +291,39 @@ json JsonSchemaCompiler::merged_all_of(const json& s) {
   json base = s;
   base.erase("allOf");
   for (const json& branch : all) {
-    const json& t = deref(branch);
+    const json t = expanded(branch);
     if (t.is_boolean()) {
       if (!t.get<bool>()) return json(false);
       continue;
     }
     if (!t.is_object()) throw GrammarError("allOf entries must be schemas, got " + brief(t));
-    base = merge(std::move(base), t);
+    base = checker_.merge(std::move(base), t);
+    if (base.is_boolean()) return base;
   }
   return base;
 }
 
-uint32_t JsonSchemaCompiler::compile(const json& schema) {
+uint32_t JsonSchemaCompiler::compile(const json& schema, const std::string& segment) {
   if (++depth_ > kMaxDepth) {
     depth_ = 0;
     throw GrammarError("schema nested deeper than " + std::to_string(kMaxDepth) + " levels");
   }
-  const uint32_t r = compile_inner(schema);
+  if (!segment.empty()) path_.push_back(segment);
+  uint32_t r;
+  try {
+    r = compile_inner(schema);
+  } catch (const GrammarError& e) {
+    std::string m = e.what();
+    if (!m.starts_with("at #") && !path_.empty() && !m.starts_with("schema nested deeper")) {
+      std::string at;
+      for (const std::string& p : path_) at += "/" + p;
+      m = "at #" + at + ": " + m;
+    }
+    if (!segment.empty()) path_.pop_back();
+    --depth_;
+    throw GrammarError(m);
+  }
+  if (!segment.empty()) path_.pop_back();
   --depth_;
   return r;
 }
@@ -293,16 +332,18 @@ uint32_t JsonSchemaCompiler::compile_inner(const json& s) {
   using G = GrammarBuilder;
   if (s.is_boolean()) return s.get<bool>() ? any_value() : b_.new_rule();
   if (!s.is_object()) throw GrammarError("a schema must be an object or a boolean, got " + brief(s));
-  for (const char* k : kRejected)
-    if (s.contains(k)) throw GrammarError(std::string("unsupported schema keyword \"") + k + "\"");
+  check_keywords(s);
   if (auto r = s.find("$ref"); r != s.end()) {
     if (!r->is_string()) throw GrammarError("$ref must be a string, got " + brief(*r));
-    return ref_rule(r->get<std::string>());
+    if (only_annotations(s, "$ref")) return ref_rule(r->get<std::string>());
+    return compile(expanded(s));
   }
   if (s.contains("allOf")) return compile(merged_all_of(s));
-  if (auto n = s.find("nullable"); n != s.end() && n->is_boolean() && n->get<bool>()) {
+  if (auto n = s.find("nullable"); n != s.end()) {
+    if (!n->is_boolean()) throw GrammarError("nullable must be a boolean");
     json rest = s;
     rest.erase("nullable");
+    if (!n->get<bool>()) return compile(rest);
     std::vector<Item> null_seq;
     b_.lit(null_seq, "null");
     return b_.rule_of({{G::call(compile(rest))}, std::move(null_seq)});
@@ -314,16 +355,22 @@ uint32_t JsonSchemaCompiler::compile_inner(const json& s) {
     json base = s;
     base.erase(key);
     const bool plain = only_annotations(base);
-    const uint32_t r = b_.new_rule();
+    std::vector<json> branches;
     for (const json& branch : *it) {
-      if (plain) {
-        b_.add_alt(r, {G::call(compile(branch))});
-      } else {
-        const json& t = deref(branch);
-        if (t.is_boolean() && !t.get<bool>()) continue;
-        b_.add_alt(r, {G::call(compile(t.is_object() ? merge(base, t) : t))});
-      }
+      json t = plain ? json(branch) : expanded(branch);
+      if (!plain && t.is_object()) t = checker_.merge(base, t);
+      branches.push_back(std::move(t));
     }
+    if (std::string(key) == "oneOf")
+      for (size_t i = 0; i < branches.size(); ++i)
+        for (size_t j = 0; j < branches.size(); ++j)
+          if (i != j && !checker_.excludes(branches[i], branches[j]))
+            throw GrammarError("oneOf branches " + std::to_string(i) + " and " + std::to_string(j) +
+                               " may both match one value; oneOf is honoured only when its branches exclude each "
+                               "other (by type, const/enum values, a required member or a discriminating member)");
+    const uint32_t r = b_.new_rule();
+    for (size_t i = 0; i < branches.size(); ++i)
+      b_.add_alt(r, {G::call(compile(branches[i], std::string(key) + "/" + std::to_string(i)))});
     return r;
   }
 
@@ -344,19 +391,17 @@ uint32_t JsonSchemaCompiler::compile_inner(const json& s) {
         throw GrammarError("unknown type \"" + name + "\"");
     if (types.empty()) throw GrammarError("type is an empty array");
   }
-  auto allowed_value = [&](const json& v) {
-    if (!explicit_type) return true;
-    for (const std::string& t : types)
-      if (has_type(v, t)) return true;
-    return false;
+  // enum / const: the values that also satisfy every sibling keyword
+  auto literals = [&](const json& values) {
+    std::vector<json> keep;
+    for (const json& v : values)
+      if (checker_.accepts(v, s)) keep.push_back(v);
+    return literal_rule(keep);
   };
-  if (auto c = s.find("const"); c != s.end()) return literal_rule(allowed_value(*c) ? std::vector<json>{*c} : std::vector<json>{});
+  if (auto c = s.find("const"); c != s.end()) return literals(json::array({*c}));
   if (auto e = s.find("enum"); e != s.end()) {
     if (!e->is_array()) throw GrammarError("enum must be an array, got " + brief(*e));
-    std::vector<json> values;
-    for (const json& v : *e)
-      if (allowed_value(v)) values.push_back(v);
-    return literal_rule(values);
+    return literals(*e);
   }
   if (!explicit_type) {
     auto any_of = [&](std::initializer_list<const char*> keys) {
@@ -364,9 +409,16 @@ uint32_t JsonSchemaCompiler::compile_inner(const json& s) {
         if (s.contains(k)) return true;
       return false;
     };
-    if (any_of({"properties", "required", "additionalProperties"})) types = {"object"};
-    else if (any_of({"items", "prefixItems", "minItems", "maxItems"})) types = {"array"};
-    else if (any_of({"minLength", "maxLength", "pattern", "format"})) types = {"string"};
+    const bool object = any_of({"properties", "required", "additionalProperties"});
+    const bool array = any_of({"items", "prefixItems", "additionalItems", "minItems", "maxItems"});
+    const bool string = any_of({"minLength", "maxLength", "pattern", "format"});
+    const bool number = any_of({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"});
+    if (object + array + string + number > 1)
+      throw GrammarError("keywords of several types without \"type\" (the grammar writes one type; say which)");
+    if (object) types = {"object"};
+    else if (array) types = {"array"};
+    else if (string) types = {"string"};
+    else if (number) types = {"number"};
     else return any_value();
   }
   if (std::find(types.begin(), types.end(), "number") != types.end()) std::erase(types, std::string("integer"));
@@ -379,8 +431,26 @@ uint32_t JsonSchemaCompiler::compile_inner(const json& s) {
 }
 
 uint32_t JsonSchemaCompiler::type_rule(const std::string& type, const json& s) {
-  if (type == "string") return string_rule(schema_count(s, "minLength", 0), schema_count(s, "maxLength", UINT32_MAX));
-  if (type == "number" || type == "integer") return number_rule(type == "integer");
+  if (type == "string") {
+    const uint32_t min = schema_count(s, "minLength", 0), max = schema_count(s, "maxLength", UINT32_MAX);
+    if (std::optional<StringAutomaton> v = string_dfa(s)) {
+      std::vector<Item> seq;
+      b_.lit(seq, "\"");
+      // the key names the automaton: with the lengths folded in or not
+      const std::string key = string_key(s) + (v->max_chars != UINT32_MAX || v->min_chars ? "|counted" : "");
+      auto lexer = string_lexer(v->dfa, tool_safe_ ? StringLexerMode::JsonToolSafe : StringLexerMode::Json, key);
+      if (!lexer) return b_.new_rule();  // no string can be written
+      seq.push_back(b_.lex(std::move(lexer), v->min_chars, v->max_chars));
+      return b_.rule_of({std::move(seq)});
+    }
+    return string_rule(min, max);
+  }
+  if (type == "number" || type == "integer") {
+    const std::string key = type + key_of(s);
+    if (auto it = numbers_.find(key); it != numbers_.end()) return it->second;
+    if (std::optional<ByteDfa> d = number_dfa(s, type == "integer")) return numbers_[key] = dfa_rule(b_, *d);
+    return number_rule(type == "integer");
+  }
   if (type == "object") return object_rule(s);
   if (type == "array") return array_rule(s);
   std::vector<std::vector<Item>> alts;

@@ -64,8 +64,8 @@ uint32_t JsonSchemaCompiler::object_rule(const json& s) {
       return;
     }
     uint32_t value;
-    if (sub) value = compile(*sub);
-    else if (extra == Extra::Schema) value = compile(*add);
+    if (sub) value = compile(*sub, "properties/" + k);
+    else if (extra == Extra::Schema) value = compile(*add, "additionalProperties");
     else value = any_value();
     list.push_back(Prop{key, value, req});
   };
@@ -80,7 +80,7 @@ uint32_t JsonSchemaCompiler::object_rule(const json& s) {
 
   std::vector<Item> extra_kv;  // an undeclared member, when allowed
   if (extra != Extra::None) {
-    const uint32_t value = extra == Extra::Schema ? compile(*add) : any_value();
+    const uint32_t value = extra == Extra::Schema ? compile(*add, "additionalProperties") : any_value();
     extra_kv.push_back(G::call(declared.empty() ? string_rule(0, UINT32_MAX) : undeclared_key_rule(declared)));
     W(extra_kv);
     b_.lit(extra_kv, ":");
@@ -234,7 +234,7 @@ uint32_t JsonSchemaCompiler::array_rule(const json& s) {
   std::vector<uint32_t> prefix_rules;
   if (prefix) {
     if (prefix->size() > kMaxUnrolled) throw GrammarError("prefixItems longer than 4096");
-    for (const json& p : *prefix) prefix_rules.push_back(compile(p));
+    for (size_t i = 0; i < prefix->size(); ++i) prefix_rules.push_back(compile((*prefix)[i], "prefixItems/" + std::to_string(i)));
   }
   const auto k = static_cast<uint32_t>(prefix_rules.size());
   const uint32_t min_items = schema_count(s, "minItems", 0);
@@ -250,7 +250,7 @@ uint32_t JsonSchemaCompiler::array_rule(const json& s) {
   uint32_t item = UINT32_MAX;
   auto elem = [&](uint32_t j) {
     if (j < k) return prefix_rules[j];
-    if (item == UINT32_MAX) item = rest ? compile(*rest) : any_value();
+    if (item == UINT32_MAX) item = rest ? compile(*rest, "items") : any_value();
     return item;
   };
 

@@ -78,71 +78,64 @@ BaseStep base_step(LexBase base, uint8_t s, uint8_t b) {
   }
 }
 
-// Aho-Corasick automaton with a complete goto table. action: what the longest pattern ending at a node says.
-struct PatternMatcher {
-  enum Action : uint8_t { None, Exit, Reject };
-  std::vector<std::array<uint16_t, 256>> go;
-  std::vector<Action> action;
-  std::vector<uint16_t> pending;  // length of the longest exit-pattern prefix the text ends with
+}  // namespace
 
-  explicit PatternMatcher(const std::vector<LexPattern>& patterns) {
-    std::vector<int> depth{0}, own(1, -1);
-    std::vector<std::array<int, 256>> child(1);
-    child[0].fill(-1);
-    std::vector<bool> on_exit_path{true};
-    for (size_t p = 0; p < patterns.size(); ++p) {
-      int n = 0;
-      for (unsigned char c : patterns[p].text) {
-        if (child[n][c] < 0) {
-          child[n][c] = static_cast<int>(child.size());
-          child.emplace_back().fill(-1);
-          depth.push_back(depth[n] + 1);
-          own.push_back(-1);
-          on_exit_path.push_back(false);
-        }
-        n = child[n][c];
-        if (patterns[p].exit) on_exit_path[n] = true;
+PatternMatcher::PatternMatcher(const std::vector<LexPattern>& patterns) {
+  std::vector<int> depth{0}, own(1, -1);
+  std::vector<std::array<int, 256>> child(1);
+  child[0].fill(-1);
+  std::vector<bool> on_exit_path{true};
+  for (size_t p = 0; p < patterns.size(); ++p) {
+    int n = 0;
+    for (unsigned char c : patterns[p].text) {
+      if (child[n][c] < 0) {
+        child[n][c] = static_cast<int>(child.size());
+        child.emplace_back().fill(-1);
+        depth.push_back(depth[n] + 1);
+        own.push_back(-1);
+        on_exit_path.push_back(false);
       }
-      if (own[n] >= 0) throw GrammarError("lexer pattern given twice: " + patterns[p].text);
-      own[n] = static_cast<int>(p);
+      n = child[n][c];
+      if (patterns[p].exit) on_exit_path[n] = true;
     }
-    const size_t n_nodes = child.size();
-    go.assign(n_nodes, {});
-    action.assign(n_nodes, None);
-    pending.assign(n_nodes, 0);
-    std::vector<int> fail(n_nodes, 0);
-    std::deque<int> queue;
+    if (own[n] >= 0) throw GrammarError("lexer pattern given twice: " + patterns[p].text);
+    own[n] = static_cast<int>(p);
+  }
+  const size_t n_nodes = child.size();
+  go.assign(n_nodes, {});
+  action.assign(n_nodes, None);
+  pending.assign(n_nodes, 0);
+  std::vector<int> fail(n_nodes, 0);
+  std::deque<int> queue;
+  for (int c = 0; c < 256; ++c) {
+    const int k = child[0][c];
+    go[0][c] = static_cast<uint16_t>(k < 0 ? 0 : k);
+    if (k >= 0) queue.push_back(k);
+  }
+  auto settle = [&](int n) {
+    if (own[n] >= 0) action[n] = patterns[own[n]].exit ? Exit : Reject;
+    else action[n] = action[fail[n]];
+    pending[n] = on_exit_path[n] ? static_cast<uint16_t>(depth[n]) : pending[fail[n]];
+  };
+  while (!queue.empty()) {
+    const int n = queue.front();
+    queue.pop_front();
+    settle(n);
     for (int c = 0; c < 256; ++c) {
-      const int k = child[0][c];
-      go[0][c] = static_cast<uint16_t>(k < 0 ? 0 : k);
-      if (k >= 0) queue.push_back(k);
-    }
-    auto settle = [&](int n) {
-      if (own[n] >= 0) action[n] = patterns[own[n]].exit ? Exit : Reject;
-      else action[n] = action[fail[n]];
-      pending[n] = on_exit_path[n] ? static_cast<uint16_t>(depth[n]) : pending[fail[n]];
-    };
-    while (!queue.empty()) {
-      const int n = queue.front();
-      queue.pop_front();
-      settle(n);
-      for (int c = 0; c < 256; ++c) {
-        const int k = child[n][c];
-        if (k < 0) {
-          go[n][c] = go[fail[n]][c];
-        } else {
-          fail[k] = n == 0 ? 0 : go[fail[n]][c];
-          go[n][c] = static_cast<uint16_t>(k);
-          queue.push_back(k);
-        }
+      const int k = child[n][c];
+      if (k < 0) {
+        go[n][c] = go[fail[n]][c];
+      } else {
+        fail[k] = n == 0 ? 0 : go[fail[n]][c];
+        go[n][c] = static_cast<uint16_t>(k);
+        queue.push_back(k);
       }
     }
   }
-};
-
-}  // namespace
+}
 
 std::string LexerDef::signature() const {
+  if (base == LexBase::Dfa) throw GrammarError("a Dfa lexer is built by string_lexer, not from a LexerDef");
   std::string s = base == LexBase::Utf8Text ? "text" : base == LexBase::JsonString ? "json" : "json-plain";
   for (const LexPattern& p : patterns) {
     s += p.exit ? "|exit:" : "|reject:";
@@ -206,6 +199,13 @@ Lexer::Lexer(const LexerDef& def) : base_(def.base), signature_(def.signature())
   for (size_t i = 0; i < states.size(); ++i)
     pending_[i] = states[i].first == BFinal ? exit_len : pm.pending[states[i].second];
   if (final_ == kDead) throw GrammarError("lexer can never end: " + signature_);
+}
+
+Lexer::Lexer(std::string signature, std::vector<uint16_t> table, std::vector<uint16_t> pending, uint16_t final_state)
+    : base_(LexBase::Dfa), signature_(std::move(signature)), table_(std::move(table)), pending_(std::move(pending)),
+      final_(final_state) {
+  if (pending_.empty() || pending_.size() >= kDead || table_.size() != pending_.size() * 256 || final_ >= pending_.size())
+    throw GrammarError("malformed lexer table: " + signature_);
 }
 
 uint16_t Lexer::run(uint16_t state, std::string_view bytes) const {

@@ -12,7 +12,9 @@
 // lexeme ends exactly where its base DFA (the JSON closing quote) or its exit pattern says.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,7 @@ enum class LexBase : uint8_t {
   JsonString,       // a JSON string body: no raw control characters, escapes checked (surrogate pairs
                     // included), ends at the unescaped closing quote
   JsonStringPlain,  // the same without escapes (a backslash is rejected); used for undeclared object keys
+  Dfa,              // a table built elsewhere (string_lexer below), not from a LexerDef
 };
 
 struct LexPattern {
@@ -51,6 +54,9 @@ class Lexer {
   // Throws GrammarError for an unusable definition: a Utf8Text lexer without exactly one exit pattern,
   // a JSON lexer with an exit pattern, empty or non-ASCII patterns.
   explicit Lexer(const LexerDef& def);
+  // A prebuilt table (base Dfa): n_states * 256 entries as next() returns them, pending per state, the final
+  // state. The signature must identify the table (equal signatures, equal tables).
+  Lexer(std::string signature, std::vector<uint16_t> table, std::vector<uint16_t> pending, uint16_t final_state);
 
   uint16_t next(uint16_t state, uint8_t byte) const { return table_[static_cast<size_t>(state) * 256 + byte]; }
   bool is_final(uint16_t state) const { return state == final_; }
@@ -71,5 +77,29 @@ class Lexer {
   std::vector<uint16_t> pending_;  // per state
   uint16_t final_ = kDead;
 };
+
+// Aho-Corasick automaton with a complete goto table over a few ASCII patterns. action: what the longest
+// pattern ending at a node says; pending: the length of the longest exit-pattern prefix the text ends with.
+struct PatternMatcher {
+  enum Action : uint8_t { None, Exit, Reject };
+  std::vector<std::array<uint16_t, 256>> go;
+  std::vector<Action> action;
+  std::vector<uint16_t> pending;
+  explicit PatternMatcher(const std::vector<LexPattern>& patterns);
+};
+
+struct ByteDfa;
+
+// Lexers for strings whose characters must form a word of `value` (a pattern, a format, with lengths folded
+// in; grammar_dfa.h):
+//   Json: the body of a JSON string after its opening quote, ending at the closing quote, whose decoded
+//     characters spell a word of `value`. Characters are written raw (UTF-8) or as the short escapes
+//     (\" \\ \/ \b \f \n \r \t) or, for control characters, as \u00XX; no other \u escapes. tool_safe:
+//     the written bytes never contain a tool-call tag (grammar_json.h's tool_call_tags()).
+//   RawToolValue: a raw tool-call parameter value (grammar_tool.cpp) ending with "\n</parameter>": the text
+//     before it is a word of `value` and contains no tool-call tag.
+// `key` identifies `value` (it becomes part of the signature). nullptr when no string can be written.
+enum class StringLexerMode : uint8_t { Json, JsonToolSafe, RawToolValue };
+std::shared_ptr<const Lexer> string_lexer(const ByteDfa& value, StringLexerMode mode, const std::string& key);
 
 }  // namespace qrig::text::grammar

@@ -67,6 +67,20 @@ Item GrammarBuilder::lex(const LexerDef& def, uint32_t min_chars, uint32_t max_c
   return Item{ElemKind::Lex, static_cast<uint32_t>(lex_insts_.size() - 1)};
 }
 
+Item GrammarBuilder::lex(std::shared_ptr<const Lexer> lexer, uint32_t min_chars, uint32_t max_chars, uint16_t start) {
+  if (!lexer) throw GrammarError("no lexer given");
+  auto it = lexer_ids_.find(lexer->signature());
+  if (it == lexer_ids_.end()) {
+    lexers_.push_back(lexer);
+    it = lexer_ids_.emplace(lexer->signature(), static_cast<uint32_t>(lexers_.size() - 1)).first;
+  }
+  const Lexer& lx = *lexers_[it->second];
+  if (min_chars > max_chars) throw GrammarError("string length range is empty");
+  if (start >= lx.n_states() || lx.is_final(start)) throw GrammarError("lexeme start state is not inside the lexeme");
+  lex_insts_.push_back(LexInst{it->second, min_chars, max_chars, start});
+  return Item{ElemKind::Lex, static_cast<uint32_t>(lex_insts_.size() - 1)};
+}
+
 Item GrammarBuilder::perm(PermGroup group) {
   if (group.members.size() > 32) throw GrammarError("a permutation group has more than 32 members");
   perms_.push_back(std::move(group));

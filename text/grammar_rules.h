@@ -78,6 +78,8 @@ class GrammarBuilder {
   static Item call(uint32_t rule) { return Item{ElemKind::Call, rule}; }
   // A lexeme of `def` starting in lexer state `start` (0 = its beginning; see Lexer::run).
   Item lex(const LexerDef& def, uint32_t min_chars = 0, uint32_t max_chars = UINT32_MAX, uint16_t start = 0);
+  // A lexeme of a prebuilt lexer (string_lexer, grammar_lexer.h), registered by its signature.
+  Item lex(std::shared_ptr<const Lexer> lexer, uint32_t min_chars = 0, uint32_t max_chars = UINT32_MAX, uint16_t start = 0);
   Item perm(PermGroup group);
   // The lexer of a definition (built once per builder).
   const Lexer& lexer(const LexerDef& def);

@@ -5,7 +5,10 @@
 #include <set>
 
 #include "text/grammar.h"
+#include "text/grammar_dfa.h"
 #include "text/grammar_json.h"
+#include "text/grammar_lexer.h"
+#include "text/grammar_schema.h"
 #include "text/output_parser.h"
 #include "text/tokenizer.h"
 
@@ -42,6 +45,14 @@ class ToolCompiler {
   // The parameter blocks of one function (appended to seq).
   void parameters(const std::string& fn, const json& params, std::vector<Item>& seq) {
     if (params.is_null()) return;
+    fn_ = fn;
+    // The call writes the declared parameters (object members) and nothing else: keywords of the
+    // parameters object beyond those are refused by name, none ignored.
+    for (const auto& [k, v] : params.items())
+      if (k != "type" && k != "properties" && k != "required" && k != "additionalProperties" && !grammar::is_annotation(k))
+        throw GrammarError("function \"" + fn + "\": keyword \"" + k + "\" of the parameters object is not supported");
+    if (auto t = params.find("type"); t != params.end() && *t != "object")
+      throw GrammarError("function \"" + fn + "\": parameters must be an object schema (type \"object\")");
     const json empty = json::object();
     const json* props = &empty;
     if (auto p = params.find("properties"); p != params.end()) {
@@ -71,8 +82,10 @@ class ToolCompiler {
       member_required.push_back(req);
     };
     for (const auto& [name, schema] : props->items()) add(name, schema);
+    // a required name that is not declared follows additionalProperties (false: impossible)
+    const json undeclared = params.contains("additionalProperties") ? params["additionalProperties"] : json(true);
     for (const std::string& name : required)
-      if (!props->contains(name)) add(name, json(true));
+      if (!props->contains(name)) add(name, undeclared);
     if (members.empty()) return;
     if (members.size() <= 32) {
       grammar::PermGroup group;
@@ -103,7 +116,7 @@ class ToolCompiler {
     if (schema.is_object())
       for (const char* k : {"$ref", "properties", "items", "prefixItems", "additionalProperties", "required"})
         structural = structural || schema.contains(k);
-    const bool raw = types.count("string") || (types.empty() && !structural);
+    const bool raw = types.count("string") || (types.empty() && !structural && !constrains_non_strings(schema));
     if (!raw) {
       uint32_t value = jc.compile(schema);
       if (types.count("boolean")) {  // the chat template renders Python's str(True)
@@ -130,7 +143,7 @@ class ToolCompiler {
       const uint32_t lits = b_.new_rule();
       for (const json& v : *values) {
         const std::string text = v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
-        if (contains_tag(text)) continue;
+        if (contains_tag(text) || !jc.accepts(v, schema)) continue;
         std::vector<Item> seq;
         b_.lit(seq, text);
         b_.add_alt(lits, std::move(seq));
@@ -139,18 +152,87 @@ class ToolCompiler {
       b_.lit(head, "\n</parameter>\n");
       return b_.rule_of({std::move(head)});
     }
+    check_raw_keywords(schema);
+    // Raw text: the string's constraints (those of the string branch of a union) hold for it. Text the
+    // output parser reads as another type of a union must then be valid as that type: refused where the
+    // schema constrains those types.
+    const json* str = &schema;
+    if (schema.is_object() && !schema.contains("type"))
+      for (const char* key : {"anyOf", "oneOf"})
+        if (auto it = schema.find(key); it != schema.end() && it->is_array()) {
+          const json* found = nullptr;
+          size_t n = 0;
+          for (const json& branch : *it) {
+            std::set<std::string> bt;
+            collect_schema_types(branch, bt);
+            if (bt.count("string") || bt.empty()) found = &branch, ++n;
+            else if (constrains_non_strings(branch))
+              throw GrammarError("function \"" + fn_ + "\": parameter \"" + name +
+                                 "\" may be a string or a constrained other type, which a raw tool-call value cannot "
+                                 "keep apart");
+          }
+          if (n == 1) str = found;
+          else if (n > 1) {
+            for (const json& branch : *it)
+              if (branch.is_object() && (branch.size() > 1 || !branch.contains("type")))
+                throw GrammarError("function \"" + fn_ + "\": parameter \"" + name +
+                                   "\" has several string branches with constraints, which are not supported");
+            str = nullptr;
+          }
+        }
+    if (schema.is_object() && schema.contains("type") && types.size() > 1 && constrains_non_strings(schema))
+      throw GrammarError("function \"" + fn_ + "\": parameter \"" + name +
+                         "\" may be a string or a constrained other type, which a raw tool-call value cannot keep apart");
     uint32_t min_chars = 0, max_chars = UINT32_MAX;
-    if (types.size() == 1 && schema.is_object()) {  // a plain string parameter: its length limits hold
-      min_chars = grammar::schema_count(schema, "minLength", 0);
-      max_chars = grammar::schema_count(schema, "maxLength", UINT32_MAX);
+    if (str && str->is_object()) {
+      if (auto v = jc.string_dfa(*str)) {
+        const std::string key = grammar::JsonSchemaCompiler::string_key(*str) +
+                                (v->max_chars != UINT32_MAX || v->min_chars ? "|counted" : "");
+        auto lexer = grammar::string_lexer(v->dfa, grammar::StringLexerMode::RawToolValue, key);
+        if (!lexer) return b_.new_rule();  // no value can be written
+        head.push_back(b_.lex(std::move(lexer), v->min_chars, v->max_chars));
+        b_.lit(head, "\n");
+        return b_.rule_of({std::move(head)});
+      }
+      min_chars = grammar::schema_count(*str, "minLength", 0);
+      max_chars = grammar::schema_count(*str, "maxLength", UINT32_MAX);
     }
     head.push_back(b_.lex(raw_def_, min_chars, max_chars));  // ends with "\n</parameter>"
     b_.lit(head, "\n");
     return b_.rule_of({std::move(head)});
   }
 
+  // A raw value's schema is not compiled as JSON: its keywords (and its branches') are checked here, so
+  // that none is ignored there either.
+  void check_raw_keywords(const json& s, int depth = 0) {
+    if (!s.is_object() || depth > 16) return;
+    grammar::check_keywords(s);
+    for (const char* key : {"anyOf", "oneOf", "allOf"})
+      if (auto it = s.find(key); it != s.end() && it->is_array())
+        for (const json& b : *it) check_raw_keywords(b, depth + 1);
+  }
+
+  // Keywords that constrain values other than strings (beyond their type).
+  static bool constrains_non_strings(const json& s) {
+    if (!s.is_object()) return false;
+    for (const auto& [k, v] : s.items()) {
+      if (k == "type" || k == "nullable" || k == "minLength" || k == "maxLength" || k == "pattern" || k == "format" ||
+          grammar::is_annotation(k))
+        continue;
+      if (k == "anyOf" || k == "oneOf" || k == "allOf") {
+        if (v.is_array())
+          for (const json& b : v)
+            if (constrains_non_strings(b)) return true;
+        continue;
+      }
+      return true;
+    }
+    return false;
+  }
+
   GrammarBuilder& b_;
   grammar::LexerDef raw_def_;
+  std::string fn_;
 };
 
 }  // namespace

@@ -171,9 +171,12 @@ std::shared_ptr<const TokenVocab::LexTokens> TokenVocab::lex_tokens(const gramma
     level[node.depth] = s;
     ++i;
   }
+  const size_t bytes = out->inside.size() * 8 + out->exits.size() * 8 + key.size() + 64;
   std::lock_guard<std::mutex> lock(mutex_);
   auto [it, fresh] = lex_cache_.emplace(key, std::move(out));
-  return it->second;
+  auto kept = it->second;
+  if (fresh) remember("L" + key, bytes);
+  return kept;
 }
 
 std::shared_ptr<const std::vector<int16_t>> TokenVocab::lex_peaks(const grammar::Lexer& lexer, uint16_t state) const {
@@ -207,9 +210,24 @@ std::shared_ptr<const std::vector<int16_t>> TokenVocab::lex_peaks(const grammar:
       (*out)[static_cast<size_t>(trie_tokens_[node.tok_begin + t])] = static_cast<int16_t>(std::clamp(here.peak, -32767, 32767));
     ++i;
   }
+  const size_t bytes = out->size() * 2 + key.size() + 64;
   std::lock_guard<std::mutex> lock(mutex_);
   auto [it, fresh] = peak_cache_.emplace(key, std::move(out));
-  return it->second;
+  auto kept = it->second;
+  if (fresh) remember("P" + key, bytes);
+  return kept;
+}
+
+void TokenVocab::remember(const std::string& key, size_t bytes) const {
+  cache_order_.emplace_back(key, bytes);
+  cache_bytes_ += bytes;
+  while (cache_bytes_ > kCacheBytes && cache_order_.size() > 1) {
+    const auto& [old, n] = cache_order_.front();
+    if (old[0] == 'L') lex_cache_.erase(old.substr(1));
+    else peak_cache_.erase(old.substr(1));
+    cache_bytes_ -= n;
+    cache_order_.pop_front();
+  }
 }
 
 }  // namespace qrig::text

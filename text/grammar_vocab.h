@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,7 +67,7 @@ class TokenVocab {
   // Tokens relative to one lexer state: `inside` (bitset over ids, 64 per word) = those the lexer consumes
   // entirely without ending; `exits` = those whose bytes end the lexeme somewhere (what follows must be
   // checked against the rest of the grammar). Character-count limits are not applied here. Computed on
-  // first use, then cached for the lifetime of the vocabulary.
+  // first use, then cached (within a memory bound, see kCacheBytes).
   struct LexTokens {
     std::vector<uint64_t> inside;
     std::vector<int32_t> exits;
@@ -96,6 +97,13 @@ class TokenVocab {
   mutable std::mutex mutex_;
   mutable std::unordered_map<std::string, std::shared_ptr<const LexTokens>> lex_cache_;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<int16_t>>> peak_cache_;
+  // Both caches together hold at most kCacheBytes; the oldest entries go first (grammars keep the sets they
+  // use alive through their own shared_ptr). Patterns in schemas make lexers per request, so the caches
+  // would otherwise grow with every new pattern a client sends.
+  static constexpr size_t kCacheBytes = size_t{192} << 20;
+  mutable std::deque<std::pair<std::string, size_t>> cache_order_;  // (key, bytes); key prefixed L/P
+  mutable size_t cache_bytes_ = 0;
+  void remember(const std::string& key, size_t bytes) const;  // mutex_ held
 };
 
 }  // namespace qrig::text

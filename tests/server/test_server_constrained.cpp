@@ -109,3 +109,51 @@ TEST_CASE("constrained decoding: schemas and combinations it cannot honour are 4
         "response_format");
   CHECK(post(srv, body(false, {{"grammar", "root ::= \"x\""}}), 400)["error"]["param"] == "grammar");
 }
+
+TEST_CASE("response_format json_schema: ranges, patterns and formats bend a script that breaks them", "[server]") {
+  // The script breaks every constraint (issue 13: "maximum": 5 gave 756380); the output must still hold them.
+  test::TestServer srv(scripted(R"({"n": 756380, "code": "hello", "day": "2023-02-29", "tag": "zzz"})", false));
+  json schema = {{"type", "object"},
+                 {"properties",
+                  {{"n", {{"type", "integer"}, {"maximum", 5}}},
+                   {"code", {{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
+                   {"day", {{"type", "string"}, {"format", "date"}}},
+                   {"tag", {{"enum", {"a", "b"}}}}}},
+                 {"required", {"n", "code", "day", "tag"}}};
+  json rf = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"strict", true}, {"schema", schema}}}};
+  json r = post(srv, body(false, {{"response_format", rf}, {"max_tokens", 300}}));
+  const json v = json::parse(r["choices"][0]["message"]["content"].get<std::string>());
+  INFO(v.dump());
+  CHECK(v["n"].get<int64_t>() <= 5);
+  const std::string code = v["code"];
+  CHECK(code.size() == 3);
+  CHECK(std::all_of(code.begin(), code.end(), [](char c) { return c >= 'A' && c <= 'Z'; }));
+  const std::string day = v["day"];
+  CHECK(day.size() == 10);
+  CHECK(day != "2023-02-29");
+  CHECK((v["tag"] == "a" || v["tag"] == "b"));
+}
+
+TEST_CASE("constrained decoding: a schema keyword the grammar cannot honour is a 400 naming it", "[server]") {
+  test::TestServer srv(scripted("x", false));
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"type", "array"}, {"uniqueItems", true}}, "uniqueItems"},
+      {{{"type", "string"}, {"format", "uri"}}, "format \"uri\""},
+      {{{"type", "string"}, {"pattern", "(?<=a)b"}}, "lookbehind"},
+      {{{"type", "object"}, {"properties", {{"a", {{"type", "string"}, {"maxLenght", 2}}}}}}, "#/properties/a"},
+      {{{"type", "number"}, {"multipleOf", 0.5}}, "multipleOf"},
+  };
+  for (const auto& [schema, what] : cases) {
+    json rf = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}};
+    json e = post(srv, body(false, {{"response_format", rf}}), 400);
+    INFO(e.dump());
+    CHECK(e["error"]["param"] == "response_format");
+    CHECK(e["error"]["message"].get<std::string>().find(what) != std::string::npos);
+  }
+  // tools: the same for a forced call's parameters
+  json tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"ids":{"type":"array","items":{"type":"integer"},"uniqueItems":true}}}}}])");
+  json e = post(srv, body(false, {{"tools", tools}, {"tool_choice", "required"}}), 400);
+  CHECK(e["error"]["param"] == "tools");
+  CHECK(e["error"]["message"].get<std::string>().find("uniqueItems") != std::string::npos);
+}

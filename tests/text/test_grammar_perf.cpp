@@ -5,6 +5,7 @@
 // vocabulary also check that the trie and the lexeme caches stay correct on real-sized data.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -167,6 +168,14 @@ const char* kPerson =
     R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"bio":{"type":"string","maxLength":300},
        "tags":{"type":"array","items":{"type":"string"}}},"required":["name","age"]})";
 
+// Ranges, patterns and formats (grammar_number.h, grammar_regex.h).
+const char* kRich =
+    R"({"type":"object","properties":{"id":{"type":"string","pattern":"^[A-Z]{2}-\\d{4,6}$"},
+       "email":{"type":"string","format":"email"},"when":{"type":"string","format":"date-time"},
+       "note":{"type":"string","pattern":"^[^<>]*$","maxLength":200},
+       "qty":{"type":"integer","minimum":1,"maximum":250,"multipleOf":5},"price":{"type":"number","minimum":0.01,"maximum":99999.99},
+       "kind":{"enum":["a","b",{"c":[1,2]}]}},"required":["id","email","when","note","qty","price","kind"]})";
+
 const ojson& perf_tools() {
   static const ojson tools = ojson::parse(R"([{"type":"function","function":{"name":"write_file","parameters":{
       "type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"},"mode":{"type":"integer"},
@@ -180,7 +189,7 @@ void report(const char* vocab_name, const std::shared_ptr<const TokenVocab>& voc
             std::vector<double>& walked) {
   struct State {
     const char* what;
-    int kind;  // 0 json_object, 1 person schema, 2 tool call (thinking), 3 tool call (no thinking)
+    int kind;  // 0 json_object, 1 person schema, 2 tool call (thinking), 3 tool call (no thinking), 4 kRich
     std::string prefix;
     bool lexeme;  // in a cached lexeme state (else: a trie walk)
   };
@@ -198,11 +207,24 @@ void report(const char* vocab_name, const std::shared_ptr<const TokenVocab>& voc
       {"tool call: raw string value", 3, "<tool_call>\n<function=write_file>\n<parameter=content>\nHello, world", true},
       {"tool call: between parameters", 3, "<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/x\n</parameter>\n", false},
       {"tool call: JSON value", 3, "<tool_call>\n<function=write_file>\n<parameter=meta>\n{\"title\": ", false},
+      {"rich: inside a pattern string", 4, "{\"id\": \"AB-12", true},
+      {"rich: inside an email", 4, "{\"id\": \"AB-1234\", \"email\": \"jane.doe", true},
+      {"rich: inside a free-ish pattern string near maxLength", 4,
+       "{\"id\": \"AB-1234\", \"email\": \"a@b.co\", \"when\": \"2024-01-01T00:00:00Z\", \"note\": \"" +
+           std::string(180, 'x'), true},
+      {"rich: inside a ranged integer", 4,
+       "{\"id\": \"AB-1234\", \"email\": \"a@b.co\", \"when\": \"2024-01-01T00:00:00Z\", \"note\": \"n\", \"qty\": 1",
+       false},
+      {"rich: inside a ranged decimal", 4,
+       "{\"id\": \"AB-1234\", \"email\": \"a@b.co\", \"when\": \"2024-01-01T00:00:00Z\", \"note\": \"n\", \"qty\": 15, "
+       "\"price\": 12.3",
+       false},
   };
   for (const State& s : states) {
     std::unique_ptr<TokenGrammar> g;
     if (s.kind == 0) g = TokenGrammar::json_schema(ojson(nullptr), vocab);
     else if (s.kind == 1) g = TokenGrammar::json_schema(ojson::parse(kPerson), vocab);
+    else if (s.kind == 4) g = TokenGrammar::json_schema(ojson::parse(kRich), vocab);
     else g = TokenGrammar::tool_call(perf_tools(), std::nullopt, false, s.kind == 2, vocab);
     const Timing t = time_state(*g, encode(s.prefix));
     std::printf("grammar mask, %s (%d tokens), %-42s %7.3f ms (bits %6.3f ms, first %7.2f ms), %6zu allowed\n",
@@ -217,9 +239,13 @@ void report(const char* vocab_name, const std::shared_ptr<const TokenVocab>& voc
 TEST_CASE("grammar: mask cost on a large vocabulary (timing printed)", "[text]") {
   const SyntheticVocab& sv = synthetic_vocab();
   REQUIRE(sv.vocab->size() > 245000);
-  std::vector<double> cached, walked;
+  std::vector<double> cached, walked, builds;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    (void)TokenGrammar::json_schema(ojson::parse(kRich), sv.vocab);
+    builds.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    std::printf("grammar build (ranges, patterns, formats): %.3f ms\n", builds.back());
     t0 = std::chrono::steady_clock::now();
     (void)TokenGrammar::json_schema(ojson::parse(kPerson), sv.vocab);
     std::printf("grammar build (person schema): %.3f ms\n",
@@ -246,6 +272,7 @@ TEST_CASE("grammar: mask cost on a large vocabulary (timing printed)", "[text]")
 #ifdef __OPTIMIZE__
   for (double ms : cached) CHECK(ms < 5.0);
   for (double ms : walked) CHECK(ms < 50.0);
+  CHECK(*std::min_element(builds.begin(), builds.end()) < 250.0);  // automata built per request
 #else
   WARN("unoptimised build: grammar timing bounds not checked");
 #endif
