@@ -269,18 +269,27 @@ void Engine::loop() {
         for (auto& f : failed) finish(*f.active, Finish::error, f.error);
         lk.lock();
       }
-      int64_t running = 0;
-      for (const auto& a : active_) running += a != nullptr;
-      stats_.running = running;
-      stats_.queued = (int64_t)queue_.size();
-      if (running == 0 && queue_.empty()) {
-        idle_cv_.notify_all();
+      if (update_running_locked()) {
         if (stopping_) return;
         continue;
       }
     }
     run_step();
+    // Requests that finished in the step free their slots: the stats say so now, and shutdown(true) hears
+    // of it, rather than when the next request or cancellation wakes the loop.
+    std::lock_guard<std::mutex> lk(mu_);
+    update_running_locked();
   }
+}
+
+bool Engine::update_running_locked() {
+  int64_t running = 0;
+  for (const auto& a : active_) running += a != nullptr;
+  stats_.running = running;
+  stats_.queued = (int64_t)queue_.size();
+  const bool idle = running == 0 && queue_.empty();
+  if (idle) idle_cv_.notify_all();
+  return idle;
 }
 
 void Engine::run_step() {

@@ -111,6 +111,7 @@ class Engine {
   std::vector<Failed> admit_locked();
   void finish(Active& a, Finish reason, const std::string& error = "");
   void run_step();
+  bool update_running_locked();  // stats_.running/queued from the slots; true (and idle_cv_ told) when idle
   void release(int slot);  // frees a slot (worker thread)
 
   std::unique_ptr<Backend> backend_;

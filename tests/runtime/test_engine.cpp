@@ -369,3 +369,32 @@ TEST_CASE("sampling from device-selected candidates gives the tokens and logprob
     }
   }
 }
+
+TEST_CASE("requests that finish on their own leave the engine idle: stats say so, shutdown(true) returns",
+          "[runtime]") {
+  auto plan = test::plan_for(2, 128);
+  runtime::Engine e(runtime::make_backend(plan));
+  std::mt19937 rng(9);
+  auto a = submit(e, greedy(random_prompt(rng, 6), 4));
+  auto b = submit(e, greedy(random_prompt(rng, 9), 7));
+  CHECK(a.get().done.reason == runtime::Finish::length);
+  CHECK(b.get().done.reason == runtime::Finish::length);
+  // Nothing wakes the engine after the last step: its own bookkeeping must already say idle.
+  int64_t running = -1;
+  for (int i = 0; i < 200 && running != 0; ++i) {
+    running = e.stats().running;
+    if (running != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(running == 0);
+  CHECK(e.stats().queued == 0);
+  std::promise<void> returned;
+  auto done = returned.get_future();
+  std::thread t([&] {
+    e.shutdown(true);
+    returned.set_value();
+  });
+  const bool in_time = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  CHECK(in_time);
+  if (!in_time) e.cancel(987654321);  // any wake-up lets the engine see it is idle, so the test ends
+  t.join();
+}
