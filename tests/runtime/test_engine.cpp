@@ -1,5 +1,5 @@
-// Engine: continuous batching gives the same greedy tokens as a plain forward loop, alone or with other
-// requests running; prefix reuse skips prompt work without changing results; cancel, limits and errors.
+// Engine: continuous batching gives the logits of a plain forward loop bit for bit, alone or with other
+// requests running; prefix reuse skips prompt work and continues the same state; cancel, limits and errors.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
