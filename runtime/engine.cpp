@@ -171,7 +171,8 @@ void Engine::release(int slot) {
 }
 
 // Picks a free slot for the request at the queue front, reusing the longest cached prefix.
-void Engine::admit_locked() {
+std::vector<Engine::Failed> Engine::admit_locked() {
+  std::vector<Failed> failed;
   while (!queue_.empty()) {
     int best = -1;
     int64_t best_reuse = -1;
@@ -199,7 +200,7 @@ void Engine::admit_locked() {
         best_use = c.last_use;
       }
     }
-    if (best < 0) return;
+    if (best < 0) break;
     std::unique_ptr<Active> a = std::move(queue_.front());
     queue_.pop_front();
     SlotCache& c = *cache_[(size_t)best];
@@ -213,7 +214,7 @@ void Engine::admit_locked() {
     } catch (const std::exception& e) {  // the slot's state is unknown: forget it, fail this request
       c = SlotCache();
       a->slot = -1;
-      finish(*a, Finish::error, std::string("could not prepare the sequence state: ") + e.what());
+      failed.push_back({std::move(a), std::string("could not prepare the sequence state: ") + e.what()});
       continue;
     }
     a->prefilled = (size_t)best_reuse;
@@ -222,6 +223,7 @@ void Engine::admit_locked() {
     active_[(size_t)best] = std::move(a);
     --free_slots_;
   }
+  return failed;
 }
 
 void Engine::loop() {
@@ -261,19 +263,32 @@ void Engine::loop() {
         release(s);
       }
       lk.lock();
-      admit_locked();
-      int64_t running = 0;
-      for (const auto& a : active_) running += a != nullptr;
-      stats_.running = running;
-      stats_.queued = (int64_t)queue_.size();
-      if (running == 0 && queue_.empty()) {
-        idle_cv_.notify_all();
+      for (std::vector<Failed> failed; !(failed = admit_locked()).empty();) {
+        lk.unlock();
+        for (auto& f : failed) finish(*f.active, Finish::error, f.error);
+        lk.lock();
+      }
+      if (update_running_locked()) {
         if (stopping_) return;
         continue;
       }
     }
     run_step();
+    // Requests that finished in the step free their slots: the stats say so now, and shutdown(true) hears
+    // of it, rather than when the next request or cancellation wakes the loop.
+    std::lock_guard<std::mutex> lk(mu_);
+    update_running_locked();
   }
+}
+
+bool Engine::update_running_locked() {
+  int64_t running = 0;
+  for (const auto& a : active_) running += a != nullptr;
+  stats_.running = running;
+  stats_.queued = (int64_t)queue_.size();
+  const bool idle = running == 0 && queue_.empty();
+  if (idle) idle_cv_.notify_all();
+  return idle;
 }
 
 void Engine::run_step() {

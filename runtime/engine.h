@@ -103,9 +103,15 @@ class Engine {
   struct Active;
   struct SlotCache;
   void loop();
-  void admit_locked();
+  // Requests whose slot could not be prepared; finish() them without holding mu_ (it takes mu_).
+  struct Failed {
+    std::unique_ptr<Active> active;
+    std::string error;
+  };
+  std::vector<Failed> admit_locked();
   void finish(Active& a, Finish reason, const std::string& error = "");
   void run_step();
+  bool update_running_locked();  // stats_.running/queued from the slots; true (and idle_cv_ told) when idle
   void release(int slot);  // frees a slot (worker thread)
 
   std::unique_ptr<Backend> backend_;

@@ -19,10 +19,14 @@ namespace {
 
 std::vector<int32_t> enc(const std::string& s) { return test::tiny_tokenizer()->encode(s, true); }
 
-std::unique_ptr<test::ScriptedBackend> long_script(int slots = 2, int64_t ctx = 4096, int delay_ms = 0) {
+std::string long_text() {
   std::string out;
   for (int i = 0; i < 300; ++i) out += "word ";
-  auto b = std::make_unique<test::ScriptedBackend>(*test::tiny_tokenizer(), enc(out),
+  return out;
+}
+
+std::unique_ptr<test::ScriptedBackend> long_script(int slots = 2, int64_t ctx = 4096, int delay_ms = 0) {
+  auto b = std::make_unique<test::ScriptedBackend>(*test::tiny_tokenizer(), enc(long_text()),
                                                    enc("<|im_start|>assistant\n<think>\n"), slots, ctx);
   b->step_delay_ms = delay_ms;
   return b;
@@ -270,7 +274,8 @@ TEST_CASE("a client that disconnects mid-stream stops its generation", "[server]
   CHECK(chunks == 3);
   CHECK(wait_idle(srv.engine(), 1000));
   int64_t steps = be->steps - steps_before;
-  CHECK(steps < 50);  // the script is 200 tokens long
+  CHECK(steps < 50);  // the script is at least 300 tokens long
+  CHECK(srv.engine().stats().generated_tokens_total < 50);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(be->steps - steps_before == steps);  // nothing runs any more
   auto ok = cli.Post("/v1/chat/completions", kChat, "application/json");
@@ -282,13 +287,20 @@ TEST_CASE("a client that disconnects while waiting for a whole response stops it
   auto backend = long_script(2, 4096, 10);
   test::ScriptedBackend* be = backend.get();
   test::TestServer srv(std::move(backend));
+  // No max_tokens: left alone, the request would generate the whole script (a step every 10 ms).
+  REQUIRE(enc(long_text()).size() >= 300);
   int fd = connect_raw(srv.port());
-  send_all(fd, post_request("/v1/chat/completions", kChat));
-  for (int i = 0; i < 200 && srv.engine().stats().running == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  send_all(fd, post_request("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "temperature": 0})"));
+  for (int i = 0; i < 400 && be->steps < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(srv.engine().stats().running == 1);
+  const int64_t at_close = be->steps;  // a few tokens are out
+  REQUIRE(at_close >= 5);
   close(fd);
   CHECK(wait_idle(srv.engine(), 1000));
-  CHECK(be->steps < 60);
+  const auto st = srv.engine().stats();
+  CHECK(st.requests_total == 1);
+  CHECK(be->steps - at_close < 40);  // stopped within a few steps of the hang-up,
+  CHECK(st.generated_tokens_total < at_close + 40);  // far below the script's length
   auto cli = srv.client();
   auto ok = cli.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})",
                      "application/json");

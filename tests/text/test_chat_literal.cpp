@@ -104,7 +104,6 @@ TEST_CASE("chat literal: fixtures render unchanged and tokenize as the whole str
   auto cases = Json::parse(read_file(shared_path("fixtures/tiny-chat-cases.json")));
   REQUIRE(cases.size() >= 7);
   const Tokenizer* qwen3 = qrig::text::testutil::qwen3_tokenizer();
-  if (!qwen3) WARN("QRIG_QWEN3_TOKENIZER_JSON unset: fixtures checked with tiny.gguf's tokenizer only");
   for (const auto& c : cases) {
     INFO("case " << c.at("name").get<std::string>());
     ChatOptions opt;
@@ -120,6 +119,7 @@ TEST_CASE("chat literal: fixtures render unchanged and tokenize as the whole str
       CHECK(encode_chat(*tok, r, false) == whole);
     }
   }
+  QRIG_REQUIRE_INPUT(qwen3, "the fixtures were checked with tiny.gguf's tokenizer only: " << qrig::text::testutil::kQwen3Missing);
 }
 
 TEST_CASE("chat literal: the spans are exactly the request's text", "[text][chat]") {

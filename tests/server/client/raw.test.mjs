@@ -155,32 +155,44 @@ describe('raw HTTP', () => {
     assert.equal(JSON.parse(events.at(-2)).choices[0].finish_reason, 'length');
   });
 
+  // The abandoned requests ask for 2000 tokens (EOG banned, so they would generate all of them); each must stop
+  // within a few steps of the hang-up: the tokens it generated (counted when it ends) stay far below that, on
+  // a fast machine too, where 2000 tokens may take less time than waitIdle() waits.
+  const generated = () => metric(srv.base, 'qrig_generated_tokens_total');
+
   it('a client that disconnects mid-stream: its generation stops', async () => {
     const s = await rawConnect(srv.port);
     let got = '';
     const firstTokens = new Promise((resolve) => s.on('data', (d) => { got += d; if ((got.match(/data: /g) ?? []).length >= 4) resolve(); }));
-    s.write(post(chat({ stream: true, max_tokens: 1500, logit_bias: EOG_BAN })));
+    const before = await generated();
+    s.write(post(chat({ stream: true, max_tokens: 2000, logit_bias: EOG_BAN })));
     await firstTokens;
     s.destroy();
     assert.ok(await waitIdle(), 'the engine still runs the abandoned request');
-    const n = await metric(srv.base, 'qrig_generated_tokens_total');
+    const n = await generated();
+    assert.ok(n - before >= 3 && n - before < 300, `the abandoned stream generated ${n - before} tokens`);
     await sleep(200);
-    assert.equal(await metric(srv.base, 'qrig_generated_tokens_total'), n);
+    assert.equal(await generated(), n);
     // curl giving up (--max-time) is the same thing.
     const r = await curl(['-sS', '-N', '--max-time', '0.5', '-H', 'Content-Type: application/json', '--data-binary',
-      chat({ stream: true, max_tokens: 1500, logit_bias: EOG_BAN }), `${srv.base}/v1/chat/completions`]);
+      chat({ stream: true, max_tokens: 2000, logit_bias: EOG_BAN }), `${srv.base}/v1/chat/completions`]);
     assert.equal(r.code, 28);
     assert.ok(await waitIdle());
+    const m = await generated();
+    assert.ok(m - n < 1000, `the stream curl gave up on generated ${m - n} tokens`);
     await assertAlive(assert, srv.base);
   });
 
   it('a client that disconnects while waiting for a whole response: its generation stops', async () => {
+    const before = await generated();
     const s = await rawConnect(srv.port);
-    s.write(post(chat({ max_tokens: 1500, logit_bias: EOG_BAN })));
+    s.write(post(chat({ max_tokens: 2000, logit_bias: EOG_BAN })));
     for (let i = 0; i < 100 && (await metric(srv.base, 'qrig_requests_running')) !== 1; ++i) await sleep(10);
     assert.equal(await metric(srv.base, 'qrig_requests_running'), 1);
     s.destroy();
     assert.ok(await waitIdle(), 'the engine still runs the abandoned request');
+    const n = await generated();
+    assert.ok(n - before < 300, `the abandoned request generated ${n - before} tokens`);
     await assertAlive(assert, srv.base);
   });
 
