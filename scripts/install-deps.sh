@@ -2,7 +2,7 @@
 # Installs the Debian packages qrig builds and tests with (idempotent; used by .ci/run and README).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config git curl
-      libfmt-dev libtomlplusplus-dev catch2 libcpp-httplib-dev nlohmann-json3-dev
+      libfmt-dev libtomlplusplus-dev catch2 libboost-dev libcpp-httplib-dev nlohmann-json3-dev
       libutf8proc-dev libpcre2-dev python3 python3-jinja2)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -22,7 +22,7 @@ namespace qrig::server {
 
 using nlohmann::json;
 
-void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+void handle_tokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res) {
   const Json body = parse_body(req.body);
   const text::Tokenizer& tok = *model->tokenizer;
   std::set<std::string> known = {"content", "prompt", "messages", "parse_special", "with_pieces", "add_special", "model"};
@@ -61,7 +61,7 @@ void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request
                            {"max_model_len", model->engine->context_length()}});
 }
 
-void handle_detokenize(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+void handle_detokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res) {
   const Json body = parse_body(req.body);
   const text::Tokenizer& tok = *model->tokenizer;
   auto t = body.find("tokens");
