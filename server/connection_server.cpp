@@ -18,6 +18,7 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -246,7 +247,18 @@ bool socket_alive(int fd) {
 // ---- the server ----
 
 struct ConnectionServer::Impl {
-  Impl(ConnectionLimits l, Handlers hs) : lim(std::move(l)), h(std::move(hs)), pool(lim.workers) {}
+  Impl(ConnectionLimits l, Handlers hs) : lim(std::move(l)), h(std::move(hs)), pool(lim.workers) {
+    if (lim.max_bodies_total == 0) lim.max_bodies_total = std::max<size_t>(8 * lim.max_body, 64u << 20);
+  }
+
+  // Reserves n bytes of the body budget; false when it would go over.
+  bool reserve_body(int64_t n) {
+    int64_t now = body_bytes.fetch_add(n) + n;
+    if (now <= (int64_t)lim.max_bodies_total) return true;
+    body_bytes.fetch_sub(n);
+    return false;
+  }
+  std::atomic<int64_t> body_bytes{0};
 
   ConnectionLimits lim;
   Handlers h;
@@ -311,6 +323,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close_now() {
     if (phase_ == Phase::closed) return;
     phase_ = Phase::closed;
+    release();
     error_code ec;
     timer_.cancel();
     sock_.shutdown(tcp::socket::shutdown_both, ec);
@@ -431,6 +444,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (auto cl = parser_->content_length(); cl && *cl > srv_.lim.max_body)
       return fail(413, fmt::format("the request body is larger than the server's limit of {} bytes (--max-body)",
                                    srv_.lim.max_body));
+    if (!reserve(parser_->content_length() ? (int64_t)*parser_->content_length() : kChunkReserve)) return busy_bodies();
     t_body_ = Clock::now();
     if (!expect_continue_) return read_body();
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -459,11 +473,37 @@ class Session : public std::enable_shared_from_this<Session> {
           return self->close_now();
         return self->fail(400, "malformed HTTP request body: " + ec.message());
       }
+      // A chunked body grows past what was reserved for it: reserve more as it arrives.
+      if (const int64_t have = (int64_t)self->parser_->get().body().size(); have > self->reserved_ &&
+          !self->reserve(have - self->reserved_ + kChunkReserve))
+        return self->busy_bodies();
       if (self->parser_->is_done()) return self->on_request();
       if (Clock::now() - self->t_body_ > std::chrono::milliseconds(self->srv_.lim.io_timeout_ms))
         return self->fail(408, "the request body took longer than the server's timeout (--timeout)");
       self->read_body();
     });
+  }
+
+  // ---- the body budget ----
+  static constexpr int64_t kChunkReserve = 1 << 20;  // reserved ahead for a chunked body, per step
+  bool reserve(int64_t n) {
+    if (!srv_.reserve_body(n)) return false;
+    reserved_ += n;
+    return true;
+  }
+  void release() {
+    if (reserved_ == 0) return;
+    srv_.body_bytes.fetch_sub(reserved_);
+    reserved_ = 0;
+  }
+  void busy_bodies() {
+    Response res;
+    srv_.h.error(503, fmt::format("the server is receiving more request bodies than it holds at once ({} MiB); retry",
+                                  srv_.lim.max_bodies_total >> 20), res);
+    res.set_header("Retry-After", "1");
+    keep_alive_ = false;
+    release();
+    respond_inline(std::move(res), false);
   }
 
   // ---- handling ----
@@ -483,6 +523,8 @@ class Session : public std::enable_shared_from_this<Session> {
         res = Response{};
         srv_.h.error(500, std::string("internal error: ") + e.what(), res);
       }
+      std::string().swap(req_.body);
+      release();
       return respond_inline(std::move(res), true);
     }
     phase_ = Phase::working;
@@ -491,6 +533,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!srv_.pool.try_submit([self, req] { self->work(*req); })) {
       phase_ = Phase::reading;
       req_ = std::move(*req);
+      std::string().swap(req_.body);
+      release();
       Response res;
       srv_.h.error(429, fmt::format("every one of the server's {} request threads is busy (--threads-http)",
                                     srv_.lim.workers), res);
@@ -544,6 +588,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // A failure of the connection layer: an error response, then the connection closes.
   void fail(int status, const std::string& message) {
+    release();
     Response res;
     srv_.h.error(status, message, res);
     keep_alive_ = false;
@@ -593,6 +638,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Large bodies leave freed memory in the allocator's per-thread arenas: hand it back to the system.
     const bool large = req.body.size() + res.body.size() > (1u << 20);
     std::string().swap(req.body);
+    release();  // the I/O thread leaves reserved_ alone while a worker owns the session
     res = Response{};
 #if defined(__GLIBC__)
     if (large) malloc_trim(0);
@@ -672,6 +718,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Phase phase_ = Phase::idle;
   bool timed_out_ = false, keep_alive_ = true, expect_continue_ = false, registered_ = false;
   int served_ = 0;
+  int64_t reserved_ = 0;  // of the body budget
   size_t lingered_ = 0;
   Clock::time_point t0_, t_body_, idle_since_ = Clock::now();
   std::list<Session*>::iterator it_;

@@ -13,7 +13,10 @@
 // - handlers run on a bounded pool of worker threads (started on demand); the head and body are read, and
 //   quick responses written, on the I/O thread. A connection that must close after an error is closed
 //   gracefully (send side first, then what the client still sends is read and dropped for a moment), so the
-//   client gets the error response instead of a reset.
+//   client gets the error response instead of a reset;
+// - the request bodies held at one time (being received or handled) are bounded all together
+//   (max_bodies_total): past it a request gets a 503, so a thousand connections each sending --max-body
+//   cannot exhaust memory.
 // Routes, authentication and error bodies belong to the application (server/http_server.cpp), called
 // through Handlers.
 #pragma once
@@ -36,6 +39,8 @@ struct ConnectionLimits {
   int64_t idle_timeout_ms = 5'000;   // keep-alive: waiting for the next request
   int64_t io_timeout_ms = 600'000;   // writing a response (a client that stops reading); a whole body
   size_t max_body = 16u << 20;       // after transfer decoding (chunked bodies too)
+  size_t max_bodies_total = 0;       // bodies being received or handled, all together (503 above); 0:
+                                     // 8 x max_body, at least 64 MiB
   size_t max_header_bytes = 64 * 1024;  // request line + header lines
   size_t max_field_bytes = 8 * 1024;    // one header value
   size_t max_target_bytes = 8192;       // the request target (414 above)

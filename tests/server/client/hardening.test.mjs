@@ -184,6 +184,30 @@ describe('body limits', () => {
     await assertAlive(assert, srv.base);
   });
 
+  it('the bodies held at once are bounded: past 64 MiB of them (8 x --max-body) a request gets a 503', async () => {
+    const socks = [];
+    const answers = [];
+    try {
+      for (let i = 0; i < 72; ++i) {
+        const s = await rawConnect(srv.port);
+        s.on('error', () => {});
+        let got = '';
+        s.on('data', (d) => { got += d; });
+        answers.push(() => got);
+        s.write(`POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${1 << 20}\r\n\r\n{`);
+        socks.push(s);
+      }
+      await sleep(300);
+      const busy = answers.filter((a) => /^HTTP\/1\.1 503 /.test(a())).length;
+      assert.ok(busy >= 8, `${busy} of 72 connections declaring 1 MiB bodies got a 503`);
+      assert.ok(answers.slice(0, 60).every((a) => a() === ''), 'the first 60 bodies were refused');
+    } finally {
+      for (const s of socks) s.destroy();
+    }
+    await sleep(100);
+    await assertAlive(assert, srv.base);
+  });
+
   it('a gzip body is a 415 and is never inflated (a bomb costs nothing)', async () => {
     const rss0 = rssMiB(srv.proc.pid);
     const inner = Buffer.concat([Buffer.from('{"content": "'), Buffer.alloc(256 << 20, 'a'), Buffer.from('"}')]);
