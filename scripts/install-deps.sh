@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qrig builds and tests with (idempotent; used by .ci/run and README). nginx-light
-# is for tests/server/client/nginx.test.mjs (the documented proxy configuration); no service is started here.
+# is for tests/server/client/nginx.test.mjs (the documented proxy configuration), which runs its own nginx; the
+# service apt may start (outside containers with a policy-rc.d) is not used.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config git curl
       libfmt-dev libtomlplusplus-dev catch2 libboost-dev libcpp-httplib-dev nlohmann-json3-dev
