@@ -9,9 +9,11 @@
 #include "server/connection_server.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
@@ -348,6 +350,18 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
   void disarm() { timer_.cancel(); }
+  // The keep-alive clock starts once the client has received the response: while bytes of it are still in
+  // the socket's send queue (a large answer, a slow reader) the connection is not idle yet.
+  void arm_idle(int64_t timeout_ms) {
+    int queued = 0;
+    if (::ioctl(fd_, SIOCOUTQ, &queued) != 0 || queued <= 0) return arm(timeout_ms);
+    timer_.expires_after(std::chrono::milliseconds(100));
+    timer_.async_wait([w = weak_from_this(), timeout_ms](const error_code& ec) {
+      auto self = w.lock();
+      if (ec || !self || self->phase_ != Phase::idle) return;
+      self->arm_idle(timeout_ms);
+    });
+  }
 
   // ---- reading a request ----
   // Waits for the first byte of the next request (or uses what is already buffered: pipelining).
@@ -357,7 +371,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (srv_.draining && srv_.idle_grace_over) return close_now();
     phase_ = Phase::idle;
     idle_since_ = Clock::now();
-    arm(timeout_ms);
+    arm_idle(timeout_ms);
     sock_.async_read_some(buf_.prepare(4096), [self = shared_from_this()](const error_code& ec, size_t n) {
       if (self->phase_ == Phase::closed) return;
       if (ec) return self->close_now();  // idle timeout, client closed, evicted
@@ -558,8 +572,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!res.content_type.empty()) add("Content-Type", res.content_type);
     if (chunked) add("Transfer-Encoding", "chunked");
     else if (res.status != 204 && !res.streaming()) add("Content-Length", std::to_string(length));
-    if (!keep) add("Connection", "close");
-    else if (req.version == 10) add("Connection", "keep-alive");
+    if (!keep) {
+      add("Connection", "close");
+    } else {
+      if (req.version == 10) add("Connection", "keep-alive");
+      // Two thirds of the idle timeout, so that clients (undici...) stop reusing the connection well before
+      // the server closes it: the server's clock starts when the response is written, theirs once they have
+      // read it, which a slow or busy client does seconds later.
+      add("Keep-Alive", fmt::format("timeout={}, max={}", std::max<int64_t>(1, srv_.lim.idle_timeout_ms * 2 / 3000),
+                                    std::max(1, srv_.lim.keep_alive_max - served_)));
+    }
     h += "\r\n";
     return h;
   }

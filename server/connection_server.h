@@ -3,7 +3,7 @@
 // ambiguously. What it guarantees, whatever the client sends:
 // - a request head must arrive complete within head_timeout of its first byte (else 408 and close), a body
 //   must keep arriving (no gap longer than head_timeout), an idle keep-alive connection closes after
-//   idle_timeout; waiting clients cost a socket, never a thread; at most max_connections are open (the
+//   idle_timeout (counted once its last response has left the send queue); waiting clients cost a socket, never a thread; at most max_connections are open (the
 //   oldest idle one is closed to make room, else the newcomer gets a 503);
 // - framing is unambiguous: Content-Length together with Transfer-Encoding, two different Content-Lengths,
 //   any transfer coding but exactly "chunked", malformed chunks, bare LF line ends or control bytes in
@@ -36,7 +36,7 @@ namespace qrig::server {
 
 struct ConnectionLimits {
   int64_t head_timeout_ms = 10'000;  // a request head, from its first byte; also the longest gap in a body
-  int64_t idle_timeout_ms = 5'000;   // keep-alive: waiting for the next request
+  int64_t idle_timeout_ms = 15'000;  // keep-alive: waiting for the next request (Keep-Alive: timeout= 2/3 of it)
   int64_t io_timeout_ms = 600'000;   // writing a response (a client that stops reading); a whole body
   size_t max_body = 16u << 20;       // after transfer decoding (chunked bodies too)
   size_t max_bodies_total = 0;       // bodies being received or handled, all together (503 above); 0:

@@ -56,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (;;) {
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, 5000) <= 0) {
-      std::fprintf(stderr, "fuzz_http: no end of the answer within 5 s\n");
+      std::fprintf(stderr, "fuzz_http: no end of the answer within 5 s (%zu bytes of it so far: %.200s); %d connections open\n",
+                   got.size(), got.c_str(), server().http().open_connections());
       std::abort();
     }
     ssize_t n = recv(fd, buf, sizeof buf, 0);

@@ -11,10 +11,7 @@ import zlib from 'node:zlib';
 import { startServer, postJSON, assertAlive, rawConnect, sleep } from './helpers.mjs';
 
 let srv;
-// QRIG_HEAD_TIMEOUT through the environment: a binary without the setting still starts (and fails the cases).
-before(async () => {
-  srv = await startServer({ parallel: 2, args: ['--max-body', String(1 << 20)], env: { QRIG_HEAD_TIMEOUT: '2' } });
-});
+before(async () => { srv = await startServer({ parallel: 2, args: ['--max-body', String(1 << 20)] }); });
 after(async () => { await srv?.stop(); });
 
 const chatBody = (extra = {}) => JSON.stringify({ messages: [{ role: 'user', content: 'hello' }], max_tokens: 2, temperature: 0, ...extra });
@@ -67,7 +64,9 @@ describe('connection layer', () => {
   });
 
   it('a client trickling its head one byte at a time is cut off by the head deadline (408)', async () => {
-    const s = await rawConnect(srv.port);
+    // QRIG_HEAD_TIMEOUT through the environment: a binary without the setting still starts (and fails here).
+    const quick = await startServer({ parallel: 1, env: { QRIG_HEAD_TIMEOUT: '2' } });
+    const s = await rawConnect(quick.port);
     let got = '';
     s.on('data', (d) => { got += d; });
     s.on('error', () => {});
@@ -79,6 +78,7 @@ describe('connection layer', () => {
     await Promise.race([closed, sleep(6000)]);
     clearInterval(timer);
     s.destroy();
+    await quick.stop();
     assert.ok(Date.now() - t0 < 5000, 'the trickling client was still connected after 5 s');
     assert.match(got, /^HTTP\/1\.1 408 /);
   });

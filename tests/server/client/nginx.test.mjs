@@ -91,7 +91,7 @@ describe('behind nginx (the documented configuration)', { skip: !nginxBinary && 
     assert.equal(bad.json.error.type, 'invalid_request_error');
   });
 
-  it('client_max_body_size matches --max-body: 4 MiB reaches qrig (nginx's default is 1 MiB), 17 MiB is refused (413)', async () => {
+  it("client_max_body_size matches --max-body: 4 MiB reaches qrig (nginx's default is 1 MiB), 17 MiB is refused (413)", async () => {
     const big = await postJSON(base, '/tokenize', { content: 'x'.repeat(4 << 20) });
     assert.equal(big.status, 200, big.text.slice(0, 200));
     const r = await postJSON(base, '/v1/chat/completions', chatRequest('x'.repeat(17 << 20)));
