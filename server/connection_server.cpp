@@ -7,6 +7,7 @@
 // operation pending, no timer armed). Timeouts are a per-session steady_timer that cancels the pending
 // operation, so a timed-out request can still be answered (408).
 #include "server/connection_server.h"
+#include "server/worker_pool.h"
 
 #include <fcntl.h>
 #include <linux/sockios.h>
@@ -141,110 +142,9 @@ bool send_all(int fd, const char* data, size_t size, int64_t timeout_ms, const s
   return true;
 }
 
-// Handler threads, started on demand up to a maximum; a task is refused when every thread has one.
-class WorkerPool {
- public:
-  explicit WorkerPool(int max) : max_(std::max(1, max)) {}
-  ~WorkerPool() { join(); }
-
-  bool try_submit(std::function<void()> task) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (stopped_ || busy_ + (int)queue_.size() >= max_) return false;
-    queue_.push_back(std::move(task));
-    if (waiting_ < (int)queue_.size() && (int)threads_.size() < max_) threads_.emplace_back([this] { loop(); });
-    else cv_.notify_one();
-    return true;
-  }
-  // Runs what is queued, then ends every thread.
-  void join() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stopped_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-  }
-  int threads() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    return (int)threads_.size();
-  }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> lk(mu_);
-    for (;;) {
-      ++waiting_;
-      cv_.wait(lk, [&] { return stopped_ || !queue_.empty(); });
-      --waiting_;
-      if (queue_.empty()) return;
-      std::function<void()> task = std::move(queue_.front());
-      queue_.pop_front();
-      ++busy_;
-      lk.unlock();
-      task();
-      task = nullptr;
-      lk.lock();
-      --busy_;
-    }
-  }
-  const int max_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  std::vector<std::thread> threads_;
-  int busy_ = 0, waiting_ = 0;
-  bool stopped_ = false;
-};
-
 class Session;
 
 }  // namespace
-
-// ---- Request / Response (http_message.h) ----
-
-std::string Request::header(const std::string& name) const {
-  for (const auto& [n, v] : headers)
-    if (iequal(n, name)) return v;
-  return "";
-}
-
-bool Request::has_header(const std::string& name) const {
-  for (const auto& [n, v] : headers)
-    if (iequal(n, name)) return true;
-  return false;
-}
-
-bool Request::client_alive() const { return !(stopping && *stopping) && socket_alive(socket); }
-
-void Response::set_header(const std::string& name, const std::string& value) {
-  for (auto& [n, v] : headers)
-    if (iequal(n, name)) {
-      v = value;
-      return;
-    }
-  headers.emplace_back(name, value);
-}
-
-std::string Response::header(const std::string& name) const {
-  for (const auto& [n, v] : headers)
-    if (iequal(n, name)) return v;
-  return "";
-}
-
-bool socket_alive(int fd) {
-  if (fd < 0) return true;
-  pollfd p{fd, POLLIN, 0};
-  int r = poll(&p, 1, 0);
-  if (r < 0) return errno == EINTR;
-  if (r == 0) return true;  // nothing to read: still connected
-  if (p.revents & (POLLERR | POLLNVAL)) return false;
-  char c;
-  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0) return true;    // the client sent more (a pipelined request): still there
-  if (n == 0) return false;  // orderly shutdown
-  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-}
 
 // ---- the server ----
 
