@@ -1,11 +1,14 @@
 // `qrig serve [MODEL.gguf|PLAN_DIR]`: the OpenAI-compatible server. Listens first (GET /health is 503 while
 // the model loads), compiles a .gguf for this machine or reads a plan, builds the engine and serves it.
 // Every flag has an environment variable (flag > environment > default; see kOptions and docs/server.md).
-// SIGINT/SIGTERM drain: new requests get 503, requests in flight finish (up to --shutdown-timeout seconds,
-// then they are cancelled; a second signal cancels at once), and the process exits 0.
+// SIGINT/SIGTERM/SIGHUP drain: new requests get 503, requests in flight finish (up to --shutdown-timeout
+// seconds, 8 by default so that it fits Docker's 10 s stop grace; then they are cancelled; a second signal
+// cancels at once), and the process exits 0. A start that fails (no such model, unreadable file) exits 1.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -40,10 +43,12 @@ const Option kOptions[] = {
     {"--api-key", "QRIG_API_KEY", "", "require 'Authorization: Bearer KEY' (GET /health stays public)"},
     {"--alias", "QRIG_ALIAS", "", "model name in the API (default: the model file's name)"},
     {"--max-queue", "QRIG_MAX_QUEUE", "64", "requests waiting for a slot before 429"},
-    {"--timeout", "QRIG_TIMEOUT", "600", "socket read/write timeout in seconds"},
-    {"--max-body", "QRIG_MAX_BODY", "16777216", "largest request body in bytes (413 above)"},
-    {"--threads-http", "QRIG_THREADS_HTTP", "0", "connection threads (0: parallel + max-queue + 8, at least 16)"},
-    {"--shutdown-timeout", "QRIG_SHUTDOWN_TIMEOUT", "30", "seconds requests in flight get to finish on SIGTERM"},
+    {"--timeout", "QRIG_TIMEOUT", "600", "seconds a response write may stall (client not reading); a whole body"},
+    {"--head-timeout", "QRIG_HEAD_TIMEOUT", "10", "seconds a client gets to send a request head (408 after); longest pause in a body"},
+    {"--max-body", "QRIG_MAX_BODY", "16777216", "largest request body in bytes, chunked too (413 above)"},
+    {"--max-connections", "QRIG_MAX_CONNECTIONS", "1024", "open connections at most (the oldest idle one is closed for a new one)"},
+    {"--threads-http", "QRIG_THREADS_HTTP", "0", "request threads, started on demand (0: parallel + max-queue + 8, in [16, 1024])"},
+    {"--shutdown-timeout", "QRIG_SHUTDOWN_TIMEOUT", "8", "seconds requests in flight get to finish on SIGTERM (Docker kills at 10)"},
     {"--rig", "QRIG_RIG", "", "rig description for compiling a .gguf (default: this machine's CPU)"},
     {"--backend", "QRIG_BACKEND", "", "force a backend when compiling a .gguf: cpu | cuda"},
 };
@@ -110,8 +115,10 @@ int cmd_serve(int argc, char** argv) {
   so.port = (int)set.integer("--port", 0, 65535);
   so.api_key = set.str("--api-key");
   so.timeout_s = (int)set.integer("--timeout", 1, 86400);
+  so.head_timeout_s = (int)set.integer("--head-timeout", 1, 3600);
   so.max_body_bytes = (size_t)set.integer("--max-body", 1024, 1ll << 32);
-  so.http_threads = (int)set.integer("--threads-http", 0, 4096);
+  so.max_connections = (int)set.integer("--max-connections", 1, 1 << 20);
+  so.http_threads = (int)set.integer("--threads-http", 0, server::kMaxHttpThreads);
   so.max_queue = set.integer("--max-queue", 1, 1 << 20);
   so.slots = set.integer("--parallel", 1, 1024);
   const char* log_env = std::getenv("QRIG_REQUEST_LOG");
@@ -121,7 +128,8 @@ int cmd_serve(int argc, char** argv) {
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";
   const bool builtin = model_path.empty();
   const bool plan_dir = !builtin && std::filesystem::is_directory(model_path);
-  if (!builtin && !std::filesystem::exists(model_path)) throw UsageError(fmt::format("no such model: {}", model_path));
+  // A missing model is a failed start (exit 1, as for an unreadable one), not a usage error.
+  if (!builtin && !std::filesystem::exists(model_path)) throw std::runtime_error(fmt::format("no such model: {}", model_path));
   if (plan_dir)
     for (const char* f : {"--parallel", "--ctx", "--rig", "--backend"})
       if (set.given(set.find(f)))
@@ -130,31 +138,42 @@ int cmd_serve(int argc, char** argv) {
 
   // Signals are handled by one thread (sigwait), so every other thread must block them: block them now,
   // before any thread exists. SIGPIPE is ignored: a client closing its socket is an error to handle, not a kill.
+  // SIGHUP (the terminal or an ssh session closing) drains like SIGTERM instead of killing the process.
   // SIGUSR1 is internal: it tells the signal thread that the server has stopped.
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
   sigaddset(&sigs, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Every open connection is a file descriptor: let --max-connections have them (soft limit up to the hard one).
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const rlim_t want = (rlim_t)so.max_connections + 256;
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min<rlim_t>(want, rl.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  auto signal_name = [](int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM"; };
 
   server::HttpServer http(so);
   const int port = http.bind();
   fmt::print(stderr, "qrig serve: listening on http://{}:{} (loading the model)\n", so.host, port);
   std::thread http_thread([&http] { http.run(); });
   std::atomic<bool> loaded{false};
-  std::thread signal_thread([&http, &loaded, sigs, grace_s] {
+  std::thread signal_thread([&http, &loaded, sigs, grace_s, signal_name] {
     int sig = 0;
     sigwait(&sigs, &sig);
     if (sig == SIGUSR1) return;  // the server stopped on its own (load failure)
     if (!loaded) {
-      fmt::print(stderr, "qrig serve: {} while loading: exiting\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      fmt::print(stderr, "qrig serve: {} while loading: exiting\n", signal_name(sig));
       std::fflush(stderr);
       std::_Exit(0);
     }
     fmt::print(stderr, "qrig serve: {}: draining (requests in flight get up to {} s; signal again to cancel them)\n",
-               sig == SIGINT ? "SIGINT" : "SIGTERM", grace_s);
+               signal_name(sig), grace_s);
     http.drain();
     timespec ts{(time_t)grace_s, 0};
     sig = sigtimedwait(&sigs, nullptr, &ts);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages qrig builds and tests with (idempotent; used by .ci/run and README).
+# Installs the Debian packages qrig builds and tests with (idempotent; used by .ci/run and README). nginx-light
+# is for tests/server/client/nginx.test.mjs (the documented proxy configuration), which runs its own nginx; the
+# service apt may start (outside containers with a policy-rc.d) is not used.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config git curl
-      libfmt-dev libtomlplusplus-dev catch2 libcpp-httplib-dev nlohmann-json3-dev
-      libutf8proc-dev libpcre2-dev python3 python3-jinja2)
+      libfmt-dev libtomlplusplus-dev catch2 libboost-dev libcpp-httplib-dev nlohmann-json3-dev
+      libutf8proc-dev libpcre2-dev python3 python3-jinja2 nginx-light)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,7 +13,6 @@
 #include "server/handlers.h"
 #include "server/sse.h"
 #include "server/stream.h"
-#include "server/transport.h"
 
 namespace qrig::server {
 
@@ -67,13 +66,13 @@ struct ChatStream {
     return stream_chunk(id, "chat.completion.chunk", created, model->id, std::move(choice), creq.gen.include_usage);
   }
 
-  // One call from httplib's chunked content provider: write what is ready (waiting up to kPollMs for it).
-  // Returning false aborts the response (client gone); httplib checks the socket between calls.
-  bool pump(httplib::DataSink& sink) {
-    return guarded_pump(*gen, finished, sink, [this](httplib::DataSink& s) { return pump_inner(s); });
+  // One call of the response's pump: write what is ready (waiting up to kPollMs for it). Returning false
+  // aborts the response (client gone); the connection layer checks the socket between calls.
+  bool pump(StreamSink& sink) {
+    return guarded_pump(*gen, finished, sink, [this](StreamSink& s) { return pump_inner(s); });
   }
 
-  bool pump_inner(httplib::DataSink& sink) {
+  bool pump_inner(StreamSink& sink) {
     if (finished) return false;
     std::string wire;
     if (!started) {  // the role chunk goes out at once, before the first token
@@ -98,7 +97,7 @@ struct ChatStream {
 };
 
 json whole_response(const ModelPtr& model, const ChatRequest& creq, Generation& gen, ChatOutput& out,
-                    int client, bool& client_gone) {
+                    const Request& client, bool& client_gone) {
   text::ParsedOutput parsed;
   json logprobs = json::array();
   while (true) {
@@ -110,7 +109,7 @@ json whole_response(const ModelPtr& model, const ChatRequest& creq, Generation& 
     }
     for (const Delta& d : fed.deltas) text::apply_delta(parsed, d);
     if (step.done) break;
-    if (!socket_alive(client)) {
+    if (!client.client_alive()) {
       gen.cancel();
       client_gone = true;
       return nullptr;
@@ -143,7 +142,7 @@ json whole_response(const ModelPtr& model, const ChatRequest& creq, Generation& 
 
 }  // namespace
 
-void handle_chat_completions(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+void handle_chat_completions(Context& ctx, const ModelPtr& model, const Request& req, Response& res) {
   const Json body = parse_body(req.body);
   ChatRequest creq = parse_chat_request(body, *model);
   report_ignored(req, res, creq.ignored);
@@ -159,9 +158,8 @@ void handle_chat_completions(Context& ctx, const ModelPtr& model, const httplib:
   auto out = std::make_unique<ChatOutput>(creq, *model);
 
   if (!creq.gen.stream) {
-    const int client = client_socket();
     bool gone = false;
-    json j = whole_response(model, creq, *gen, *out, client, gone);
+    json j = whole_response(model, creq, *gen, *out, req, gone);
     if (gone) {
       res.status = 499;  // nginx's "client closed request": only the log and metrics see it
       return;
@@ -179,8 +177,8 @@ void handle_chat_completions(Context& ctx, const ModelPtr& model, const httplib:
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream", [st](size_t, httplib::DataSink& sink) { return st->pump(sink); },
+  res.set_stream(
+      "text/event-stream", [st](StreamSink& sink) { return st->pump(sink); },
       [st](bool) {
         if (!st->gen->done()) st->gen->cancel();
       });

@@ -40,6 +40,42 @@ void reject_media(const Json& messages) {
   }
 }
 
+// Tool definitions the grammar and the template would otherwise bend: parameters that are not an object
+// schema (a string, a number, an array) were replaced by {} under a forced call.
+void check_tool_definitions(const Json& tools) {
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& t = tools[i];
+    if (!t.is_object()) continue;  // the output parser names the problem
+    auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) continue;
+    auto params = fn->find("parameters");
+    if (params != fn->end() && !params->is_null() && !params->is_object())
+      bad("tools", fmt::format("'tools[{}].function.parameters' must be a JSON Schema object, got {}", i,
+                               params->is_string() ? "a string" : params->is_array() ? "an array" : params->is_boolean() ? "a boolean" : "a number"));
+  }
+}
+
+}  // namespace
+
+void check_messages(const Json& messages) {
+  if (!messages.is_array()) return;  // the caller or the renderer names the problem
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    if (!m.is_object()) continue;
+    auto role = m.find("role");
+    const std::string r = role != m.end() && role->is_string() ? role->get<std::string>() : "";
+    auto c = m.find("content");
+    const bool has_content = c != m.end() && !c->is_null();
+    if ((r == "user" || r == "system" || r == "developer" || r == "tool") && !has_content)
+      bad("messages", fmt::format("'messages[{}]' (role '{}') has no 'content'", i, r));
+    auto rc = m.find("reasoning_content");
+    if (rc != m.end() && !rc->is_null() && !rc->is_string())
+      bad("messages", fmt::format("'messages[{}].reasoning_content' must be a string", i));
+  }
+}
+
+namespace {
+
 ToolChoice parse_tool_choice(const Json& body, bool has_tools) {
   ToolChoice tc;
   tc.mode = has_tools ? ToolChoice::Mode::automatic : ToolChoice::Mode::none;
@@ -95,10 +131,12 @@ ChatRequest parse_chat_request(const Json& body, const ServedModel& model) {
   if (msgs == body.end() || msgs->is_null()) bad("messages", "'messages' is required");
   if (!msgs->is_array() || msgs->empty()) bad("messages", "'messages' must be a non-empty array of messages");
   reject_media(*msgs);
+  check_messages(*msgs);
 
   if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
     if (!t->is_array()) bad("tools", "'tools' must be an array");
     if (!t->empty()) {
+      check_tool_definitions(*t);
       nlohmann::json tools = nlohmann::json::parse(t->dump());  // validate with the parser's own rules
       try {
         text::OutputStreamParser probe(tools, false);

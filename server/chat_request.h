@@ -35,6 +35,10 @@ struct ChatRequest {
 // Throws ApiError for anything invalid or unsupported (see docs/server.md).
 ChatRequest parse_chat_request(const Json& body, const ServedModel& model);
 
+// What the chat template would render silently but is a malformed request: a user, system or tool message
+// without content, a reasoning_content that is not a string. Throws ApiError(invalid_request, "messages").
+void check_messages(const Json& messages);
+
 class ChatOutput {
  public:
   ChatOutput(const ChatRequest& req, const ServedModel& model);

@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "server/transport.h"
 #include "server/generation.h"
 #include "server/handlers.h"
 #include "server/request_parse.h"
@@ -129,11 +128,11 @@ struct CompletionStream {
     return stream_chunk(id, "text_completion", created, model->id, std::move(choice), creq.gen.include_usage);
   }
 
-  bool pump(httplib::DataSink& sink) {
-    return guarded_pump(*gen, finished, sink, [this](httplib::DataSink& s) { return pump_inner(s); });
+  bool pump(StreamSink& sink) {
+    return guarded_pump(*gen, finished, sink, [this](StreamSink& s) { return pump_inner(s); });
   }
 
-  bool pump_inner(httplib::DataSink& sink) {
+  bool pump_inner(StreamSink& sink) {
     if (finished) return false;
     std::string wire;
     if (!started) {
@@ -154,7 +153,7 @@ struct CompletionStream {
 
 }  // namespace
 
-void handle_completions(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+void handle_completions(Context& ctx, const ModelPtr& model, const Request& req, Response& res) {
   const Json body = parse_body(req.body);
   CompletionRequest creq = parse_completion_request(body, *model);
   report_ignored(req, res, creq.ignored);
@@ -168,7 +167,6 @@ void handle_completions(Context& ctx, const ModelPtr& model, const httplib::Requ
   auto gen = std::make_unique<Generation>(model, std::move(r), Generation::Options{creq.gen.stop, "prompt", creq.gen.skip_special_tokens});
 
   if (!creq.gen.stream) {
-    const int client = client_socket();
     std::string text = creq.echo ? creq.prompt_text : "";
     LegacyLogprobs lp;
     lp.offset = text.size();
@@ -177,7 +175,7 @@ void handle_completions(Context& ctx, const ModelPtr& model, const httplib::Requ
       if (creq.gen.top_logprobs >= 0) lp.add(*model->tokenizer, step.tokens, creq.gen.top_logprobs > 0);
       text += step.text();
       if (step.done) break;
-      if (!socket_alive(client)) {
+      if (!req.client_alive()) {
         gen->cancel();
         res.status = 499;
         return;
@@ -203,8 +201,8 @@ void handle_completions(Context& ctx, const ModelPtr& model, const httplib::Requ
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream", [st](size_t, httplib::DataSink& sink) { return st->pump(sink); },
+  res.set_stream(
+      "text/event-stream", [st](StreamSink& sink) { return st->pump(sink); },
       [st](bool) {
         if (!st->gen->done()) st->gen->cancel();
       });

@@ -19,11 +19,16 @@ constexpr Row kTable[] = {
     {ErrorKind::authentication, {401, "authentication_error", "invalid_api_key"}},
     {ErrorKind::not_found, {404, "not_found_error", nullptr}},
     {ErrorKind::method_not_allowed, {405, "invalid_request_error", "method_not_allowed"}},
+    {ErrorKind::request_timeout, {408, "invalid_request_error", "request_timeout"}},
     {ErrorKind::payload_too_large, {413, "invalid_request_error", "payload_too_large"}},
     {ErrorKind::uri_too_long, {414, "invalid_request_error", "uri_too_long"}},
+    {ErrorKind::unsupported_media, {415, "invalid_request_error", "unsupported_content_encoding"}},
+    {ErrorKind::expectation_failed, {417, "invalid_request_error", "expectation_failed"}},
     {ErrorKind::queue_full, {429, "rate_limit_error", "queue_full"}},
     {ErrorKind::internal, {500, "server_error", nullptr}},
+    {ErrorKind::not_implemented, {501, "invalid_request_error", "not_implemented"}},
     {ErrorKind::unavailable, {503, "unavailable_error", nullptr}},
+    {ErrorKind::http_version, {505, "invalid_request_error", "http_version_not_supported"}},
 };
 
 }  // namespace

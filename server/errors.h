@@ -18,11 +18,16 @@ enum class ErrorKind {
   authentication,     // 401: --api-key set and the request has a missing or wrong key
   not_found,          // 404: unknown route or model
   method_not_allowed, // 405: known route, wrong method
+  request_timeout,    // 408: the request head or body did not arrive in time
   payload_too_large,  // 413: body over --max-body
-  uri_too_long,       // 414: request line over the HTTP library's limit
+  uri_too_long,       // 414: request target over 8192 bytes
+  unsupported_media,  // 415: a compressed request body (Content-Encoding)
+  expectation_failed, // 417: an Expect header other than 100-continue
   queue_full,         // 429: every slot busy and the queue is full (Retry-After)
   internal,           // 500: the engine failed while generating
+  not_implemented,    // 501: a transfer coding other than chunked
   unavailable,        // 503: model still loading, or the server is shutting down
+  http_version,       // 505: not HTTP/1.0 or 1.1
 };
 
 struct ErrorSpec {
@@ -32,7 +37,7 @@ struct ErrorSpec {
 };
 const ErrorSpec& error_spec(ErrorKind kind);
 
-// The kind for an HTTP status the HTTP library produced on its own (400 on an unparsable request line, 404,
+// The kind for an HTTP status the connection layer produced on its own (400 on a malformed request, 408,
 // 413, 414...). Statuses outside the table map to invalid_request (4xx) or internal (5xx).
 ErrorKind kind_for_status(int status);
 

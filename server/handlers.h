@@ -7,10 +7,10 @@
 #include <mutex>
 #include <string>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "server/errors.h"
+#include "server/http_message.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 
@@ -31,18 +31,22 @@ struct Context {
 
 using ModelPtr = std::shared_ptr<const ServedModel>;
 
-void send_json(httplib::Response& res, int status, const nlohmann::json& body);
-void send_json(httplib::Response& res, int status, const nlohmann::ordered_json& body);
-void send_error(httplib::Response& res, const ApiError& e);
-// Fields of the request nobody reads: reported in the X-Qrig-Ignored-Fields header and logged.
-void report_ignored(const httplib::Request& req, httplib::Response& res, const std::string& fields);
+void send_json(Response& res, int status, const nlohmann::json& body);
+void send_json(Response& res, int status, const nlohmann::ordered_json& body);
+void send_error(Response& res, const ApiError& e);
+// Fields of the request nobody reads: reported in the X-Qrig-Ignored-Fields header and logged (at most
+// about 1 KiB of names, escaped, then how many more).
+void report_ignored(const Request& req, Response& res, const std::string& fields);
+// Text safe for one log line or header value: bytes outside printable ASCII (newlines, escapes, NUL,
+// non-ASCII) as \xHH, backslash doubled; cut after max_bytes ("...").
+std::string log_escape(std::string_view s, size_t max_bytes);
 
 // How often a waiting handler looks at its client (and how late a disconnect is noticed at worst).
 constexpr int kPollMs = 50;
 
-void handle_chat_completions(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res);
-void handle_completions(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res);
-void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res);
-void handle_detokenize(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res);
+void handle_chat_completions(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
+void handle_completions(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
+void handle_tokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
+void handle_detokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 
 }  // namespace qrig::server

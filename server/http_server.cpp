@@ -1,43 +1,75 @@
-// HttpServer: cpp-httplib setup (limits, timeouts, connection threads), routes, API key, CORS, the request
-// log and per-route metrics, httplib's own failures (404, 413, bad request lines) as OpenAI error objects,
-// and draining for graceful shutdown.
+// HttpServer: the application on top of the connection layer (server/connection_server.h): routes, the API
+// key (checked before routes are matched, so a client without the key learns nothing, not even which routes
+// exist), CORS, error objects for the connection layer's own failures, the request log (escaped: nothing a
+// client sends can forge a log line) and per-route metrics, and draining for graceful shutdown.
 #include "server/http_server.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 #include <fmt/format.h>
-#include <sys/socket.h>
 
+#include "server/connection_server.h"
 #include "server/handlers.h"
 #include "server/sse.h"
-#include "server/transport.h"
 
 namespace qrig::server {
 
 using nlohmann::json;
 
-void send_json(httplib::Response& res, int status, const json& body) {
+void send_json(Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(json_text(body), "application/json");
 }
 
-void send_json(httplib::Response& res, int status, const nlohmann::ordered_json& body) {
+void send_json(Response& res, int status, const nlohmann::ordered_json& body) {
   res.status = status;
   res.set_content(json_text(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(Response& res, const ApiError& e) {
   send_json(res, error_spec(e.kind).status, error_body(e));
   if (e.kind == ErrorKind::queue_full) res.set_header("Retry-After", "1");
   if (e.kind == ErrorKind::authentication) res.set_header("WWW-Authenticate", "Bearer");
 }
 
-void report_ignored(const httplib::Request& req, httplib::Response& res, const std::string& fields) {
+std::string log_escape(std::string_view s, size_t max_bytes) {
+  std::string o;
+  for (unsigned char c : s) {
+    if (o.size() >= max_bytes) {
+      o += "...";
+      break;
+    }
+    if (c == '\\') o += "\\\\";
+    else if (c >= 0x20 && c < 0x7f) o += (char)c;
+    else o += fmt::format("\\x{:02x}", c);
+  }
+  return o;
+}
+
+void report_ignored(const Request& req, Response& res, const std::string& fields) {
   if (fields.empty()) return;
-  res.set_header("X-Qrig-Ignored-Fields", fields);
-  fmt::print(stderr, "qrig serve: {} {}: ignored unknown request fields: {}\n", req.method, req.path, fields);
+  // Bounded and escaped: a request with 100,000 unknown keys gets a short header, and key names cannot
+  // break the header or the log line.
+  constexpr size_t kMaxShown = 1024;
+  std::string shown;
+  size_t names = 1, shown_names = 0;
+  for (char c : fields) names += c == ',';
+  size_t start = 0;
+  while (start <= fields.size()) {
+    size_t end = fields.find(',', start);
+    if (end == std::string::npos) end = fields.size();
+    std::string name = log_escape(std::string_view(fields).substr(start, end - start), 256);
+    if (shown.size() + name.size() + 1 > kMaxShown) break;
+    if (!shown.empty()) shown += ",";
+    shown += name;
+    ++shown_names;
+    start = end + 1;
+  }
+  if (shown_names < names) shown += fmt::format(",... ({} more)", names - shown_names);
+  res.set_header("X-Qrig-Ignored-Fields", shown);
+  fmt::print(stderr, "qrig serve: {} {}: ignored unknown request fields: {}\n", log_escape(req.method, 32),
+             log_escape(req.path, 512), shown);
 }
 
 namespace {
@@ -49,8 +81,10 @@ const char* const kGetRoutes[] = {"/health", "/v1/health", "/metrics", "/v1/mode
 bool is_route(const std::string& path, bool post) {
   if (post) return std::any_of(std::begin(kPostRoutes), std::end(kPostRoutes), [&](const char* r) { return path == r; });
   return std::any_of(std::begin(kGetRoutes), std::end(kGetRoutes), [&](const char* r) { return path == r; }) ||
-         path.rfind("/v1/models/", 0) == 0;
+         (path.rfind("/v1/models/", 0) == 0 && path.size() > 11);
 }
+
+bool is_health(const std::string& path) { return path == "/health" || path == "/v1/health"; }
 
 // Bounded label set for the metrics: the route, or "other".
 std::string route_label(const std::string& path) {
@@ -59,11 +93,8 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
-thread_local std::chrono::steady_clock::time_point t_start;
-thread_local bool t_started = false;
-
-bool authorized(const std::string& key, const httplib::Request& req) {
-  std::string h = req.get_header_value("Authorization");
+bool authorized(const std::string& key, const Request& req) {
+  std::string h = req.header("Authorization");
   if (h.size() < 7 || !std::equal(h.begin(), h.begin() + 7, "bearer ", [](char a, char b) { return std::tolower((unsigned char)a) == b; }))
     return false;
   std::string given = h.substr(7);
@@ -74,46 +105,154 @@ bool authorized(const std::string& key, const httplib::Request& req) {
   return diff == 0;
 }
 
+void cors_preflight(Response& res) {
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+  res.set_header("Access-Control-Max-Age", "86400");
+}
+
+// Checks on the request head, before its body is read: draining, CORS preflight, the API key, the route and
+// the method. True when it answered.
+bool check_head(Context& ctx, const Request& req, Response& res) {
+  if (ctx.draining) {
+    res.set_header("Connection", "close");
+    send_error(res, ApiError(ErrorKind::unavailable, "the server is shutting down"));
+    return true;
+  }
+  if (req.method == "OPTIONS") {
+    cors_preflight(res);
+    return true;
+  }
+  const bool post_route = is_route(req.path, true), get_route = is_route(req.path, false);
+  if (!ctx.opt.api_key.empty() && !(get_route && is_health(req.path)) && !authorized(ctx.opt.api_key, req)) {
+    send_error(res, ApiError(ErrorKind::authentication, req.has_header("Authorization")
+                                                            ? "invalid API key"
+                                                            : "missing API key: send 'Authorization: Bearer <key>'"));
+    return true;
+  }
+  if (!post_route && !get_route) {
+    send_error(res, ApiError(ErrorKind::not_found, fmt::format("no route for {} {}", req.method, req.path)));
+    return true;
+  }
+  const bool get_like = req.method == "GET" || req.method == "HEAD";
+  if ((post_route && req.method != "POST") || (get_route && !get_like)) {
+    send_error(res, ApiError(ErrorKind::method_not_allowed, fmt::format("{} does not accept {}", req.path, req.method)));
+    res.set_header("Allow", post_route ? "POST, OPTIONS" : "GET, OPTIONS");
+    return true;
+  }
+  return false;
+}
+
+using Handler = void (*)(Context&, const ModelPtr&, const Request&, Response&);
+
+// An API route: draining -> 503, loading -> 503, then the handler; errors it throws become error responses.
+void run_api(Context& ctx, Handler h, const Request& req, Response& res) {
+  try {
+    if (ctx.draining) {
+      res.set_header("Connection", "close");
+      throw ApiError(ErrorKind::unavailable, "the server is shutting down");
+    }
+    ModelPtr model = ctx.get_model();
+    if (!model) throw ApiError(ErrorKind::unavailable, "the model is loading");
+    h(ctx, model, req, res);
+  } catch (const ApiError& e) {
+    res = Response{};
+    send_error(res, e);
+  } catch (const std::exception& e) {
+    res = Response{};
+    send_error(res, ApiError(ErrorKind::internal, std::string("internal error: ") + e.what()));
+  }
+}
+
+void handle_models(Context&, const ModelPtr& m, const Request& req, Response& res) {
+  json entry = {{"id", m->id},
+                {"object", "model"},
+                {"created", m->created},
+                {"owned_by", "qrig"},
+                {"meta", {{"n_ctx", m->engine->context_length()},
+                          {"n_vocab", m->tokenizer->n_real()},
+                          {"slots", m->engine->slots()},
+                          {"path", m->path}}}};
+  if (req.path.rfind("/v1/models/", 0) == 0) {
+    const std::string id = req.path.substr(11);
+    if (id != m->id) throw ApiError(ErrorKind::not_found, fmt::format("the model '{}' does not exist", id), "model");
+    send_json(res, 200, entry);
+    return;
+  }
+  send_json(res, 200, json{{"object", "list"}, {"data", json::array({entry})}});
+}
+
+// Public (no key): load balancers and the tests poll it. 503 while loading or shutting down.
+void handle_health(Context& ctx, Response& res) {
+  ModelPtr m = ctx.get_model();
+  if (ctx.draining) return send_error(res, ApiError(ErrorKind::unavailable, "the server is shutting down"));
+  if (!m) return send_error(res, ApiError(ErrorKind::unavailable, "the model is loading"));
+  runtime::EngineStats st = m->engine->stats();
+  send_json(res, 200, json{{"status", "ok"},
+                           {"slots_idle", m->engine->slots() - st.running},
+                           {"slots_processing", st.running},
+                           {"requests_queued", st.queued}});
+}
+
+void route(Context& ctx, const Request& req, Response& res) {
+  const std::string& p = req.path;
+  if (p == "/v1/chat/completions" || p == "/chat/completions") return run_api(ctx, handle_chat_completions, req, res);
+  if (p == "/v1/completions" || p == "/completions") return run_api(ctx, handle_completions, req, res);
+  if (p == "/tokenize") return run_api(ctx, handle_tokenize, req, res);
+  if (p == "/detokenize") return run_api(ctx, handle_detokenize, req, res);
+  if (p == "/v1/models" || p == "/models" || p.rfind("/v1/models/", 0) == 0) return run_api(ctx, handle_models, req, res);
+  if (is_health(p)) return handle_health(ctx, res);
+  if (p == "/metrics") {
+    ModelPtr m = ctx.get_model();
+    res.set_content(ctx.metrics.render(m ? m->engine.get() : nullptr, m != nullptr), "text/plain; version=0.0.4");
+    return;
+  }
+  send_error(res, ApiError(ErrorKind::not_found, fmt::format("no route for {} {}", req.method, req.path)));
+}
+
 }  // namespace
+
+int http_thread_count(const ServerOptions& o) {
+  if (o.http_threads > 0) return std::min(o.http_threads, kMaxHttpThreads);
+  return (int)std::clamp<int64_t>(o.slots + o.max_queue + 8, 16, kMaxHttpThreads);
+}
 
 HttpServer::HttpServer(ServerOptions opt) : ctx_(std::make_unique<Context>()) {
   ctx_->opt = std::move(opt);
-  svr_ = std::make_unique<TransportServer>(ctx_->draining);
   const ServerOptions& o = ctx_->opt;
-  size_t threads = o.http_threads > 0 ? (size_t)o.http_threads
-                                      : (size_t)std::max<int64_t>(16, o.slots + o.max_queue + 8);
-  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  svr_->set_payload_max_length(o.max_body_bytes);
-  svr_->set_read_timeout(o.timeout_s, 0);
-  svr_->set_write_timeout(o.timeout_s, 0);
-  svr_->set_keep_alive_max_count(1000);
-  svr_->set_keep_alive_timeout(5);
-  svr_->set_tcp_nodelay(true);
-  svr_->set_default_headers({{"Server", "qrig"}, {"Access-Control-Allow-Origin", "*"}});
-  setup_routes();
+  ConnectionLimits lim;
+  lim.head_timeout_ms = (int64_t)o.head_timeout_s * 1000;
+  lim.io_timeout_ms = (int64_t)o.timeout_s * 1000;
+  lim.max_body = o.max_body_bytes;
+  lim.max_header_bytes = kMaxHeaderBytes;
+  lim.max_connections = o.max_connections;
+  lim.workers = http_thread_count(o);
+  lim.default_headers = {{"Server", "qrig"}, {"Access-Control-Allow-Origin", "*"}};
+
+  Context& ctx = *ctx_;
+  ConnectionServer::Handlers h;
+  h.early = [&ctx](const Request& req, Response& res) { return check_head(ctx, req, res); };
+  h.on_worker = [](const Request& req) { return is_route(req.path, true); };
+  h.handle = [&ctx](Request& req, Response& res) { route(ctx, req, res); };
+  h.error = [](int status, const std::string& message, Response& res) {
+    send_error(res, ApiError(kind_for_status(status), message));
+    res.status = status;
+  };
+  h.log = [&ctx](const Request& req, const Response& res, double ms) {
+    ctx.metrics.count_request(route_label(req.path), res.status);
+    if (ctx.opt.log_requests)
+      fmt::print(stderr, "qrig serve: {} {} {} {} {:.1f} ms\n", log_escape(req.remote_addr, 64), log_escape(req.method, 32),
+                 log_escape(req.path, 512), res.status, ms);
+  };
+  conn_ = std::make_unique<ConnectionServer>(std::move(lim), std::move(h));
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() { conn_.reset(); }
 
-int HttpServer::bind() {
-  svr_->set_socket_options([this](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);  // restart quickly, but no SO_REUSEPORT
-    listen_fd_ = sock;
-  });
-  const ServerOptions& o = ctx_->opt;
-  int port = o.port;
-  if (port == 0) {
-    port = svr_->bind_to_any_port(o.host);
-    if (port <= 0) throw std::runtime_error(fmt::format("cannot listen on {} (any port)", o.host));
-  } else if (!svr_->bind_to_port(o.host, port)) {
-    throw std::runtime_error(fmt::format("cannot listen on {}:{} (address in use, or not an address of this machine)",
-                                         o.host, port));
-  }
-  return port;
-}
+int HttpServer::bind() { return conn_->bind(ctx_->opt.host, ctx_->opt.port); }
 
-void HttpServer::run() { svr_->listen_after_bind(); }
+void HttpServer::run() { conn_->run(); }
 
 void HttpServer::set_model(std::shared_ptr<ServedModel> model) {
   std::lock_guard<std::mutex> lk(ctx_->mu);
@@ -124,8 +263,7 @@ std::shared_ptr<const ServedModel> HttpServer::model() const { return ctx_->get_
 
 void HttpServer::drain() {
   ctx_->draining = true;
-  int fd = listen_fd_.exchange(-1);
-  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);  // accept() fails: httplib's loop ends, then joins its threads
+  conn_->drain();
 }
 
 void HttpServer::cancel_all() {
@@ -133,149 +271,10 @@ void HttpServer::cancel_all() {
   if (auto m = ctx_->get_model()) m->engine->shutdown(false);
 }
 
-void HttpServer::stop() {
-  if (svr_) svr_->stop();
-}
+void HttpServer::stop() { conn_->stop(); }
 
-void HttpServer::setup_routes() {
-  Context& ctx = *ctx_;
-  httplib::Server& s = *svr_;
+int HttpServer::open_connections() const { return conn_->open_connections(); }
 
-  s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-    t_start = std::chrono::steady_clock::now();
-    t_started = true;
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  s.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
-    double ms = t_started ? std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count() : 0;
-    t_started = false;
-    try {
-      ctx.metrics.count_request(route_label(req.path), res.status);
-      if (ctx.opt.log_requests)
-        fmt::print(stderr, "qrig serve: {} {} {} {} {:.1f} ms\n", req.remote_addr, req.method, req.path, res.status, ms);
-    } catch (...) {
-    }
-  });
-  // Failures httplib produces itself (no route, body too large, unparsable request) get an error object;
-  // responses our handlers already filled are left alone.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message;
-    ErrorKind kind = kind_for_status(res.status);
-    if (res.status == 404 && (is_route(req.path, true) || is_route(req.path, false))) {
-      kind = ErrorKind::method_not_allowed;
-      res.set_header("Allow", is_route(req.path, true) ? "POST, OPTIONS" : "GET, OPTIONS");
-      message = fmt::format("{} does not accept {}", req.path, req.method);
-    } else if (res.status == 404) {
-      message = fmt::format("no route for {} {}", req.method, req.path);
-    } else if (res.status == 413) {
-      message = fmt::format("the request body is larger than the server's limit of {} bytes (--max-body)",
-                            ctx.opt.max_body_bytes);
-    } else if (res.status == 499) {
-      message = "the client closed the connection";
-    } else if (res.status == 414) {
-      message = "the request URI is longer than 8192 bytes";
-    } else if (res.status == 400) {
-      message = fmt::format("malformed HTTP request, or a header line over 8 KiB, or headers over {} KiB in all",
-                            kMaxHeaderBytes / 1024);
-    } else {
-      message = fmt::format("the HTTP request could not be processed (status {})", res.status);
-    }
-    ApiError e(kind, message);
-    res.status = error_spec(kind).status;
-    res.set_content(json_text(error_body(e)), "application/json");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(ErrorKind::internal, "internal error: " + what));
-  });
-
-  using Handler = void (*)(Context&, const ModelPtr&, const httplib::Request&, httplib::Response&);
-  // Every API route: draining -> 503, API key -> 401, loading -> 503, then the handler; errors it throws
-  // become error responses.
-  auto api = [&ctx](Handler h) {
-    return [&ctx, h](const httplib::Request& req, httplib::Response& res) {
-      try {
-        if (ctx.draining) {
-          res.set_header("Connection", "close");
-          throw ApiError(ErrorKind::unavailable, "the server is shutting down");
-        }
-        if (!ctx.opt.api_key.empty() && !authorized(ctx.opt.api_key, req))
-          throw ApiError(ErrorKind::authentication,
-                         req.has_header("Authorization") ? "invalid API key"
-                                                         : "missing API key: send 'Authorization: Bearer <key>'");
-        ModelPtr model = ctx.get_model();
-        if (!model) throw ApiError(ErrorKind::unavailable, "the model is loading");
-        h(ctx, model, req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      } catch (const std::exception& e) {
-        send_error(res, ApiError(ErrorKind::internal, std::string("internal error: ") + e.what()));
-      }
-    };
-  };
-
-  for (const char* path : {"/v1/chat/completions", "/chat/completions"}) s.Post(path, api(handle_chat_completions));
-  for (const char* path : {"/v1/completions", "/completions"}) s.Post(path, api(handle_completions));
-  s.Post("/tokenize", api(handle_tokenize));
-  s.Post("/detokenize", api(handle_detokenize));
-
-  auto models = [](Context&, const ModelPtr& m, const httplib::Request& req, httplib::Response& res) {
-    json entry = {{"id", m->id},
-                  {"object", "model"},
-                  {"created", m->created},
-                  {"owned_by", "qrig"},
-                  {"meta", {{"n_ctx", m->engine->context_length()},
-                            {"n_vocab", m->tokenizer->n_real()},
-                            {"slots", m->engine->slots()},
-                            {"path", m->path}}}};
-    if (req.matches.size() > 1) {
-      if (req.matches[1].str() != m->id)
-        throw ApiError(ErrorKind::not_found, fmt::format("the model '{}' does not exist", req.matches[1].str()), "model");
-      send_json(res, 200, entry);
-      return;
-    }
-    send_json(res, 200, json{{"object", "list"}, {"data", json::array({entry})}});
-  };
-  s.Get("/v1/models", api(models));
-  s.Get("/models", api(models));
-  s.Get("/v1/models/(.+)", api(models));
-
-  s.Get("/metrics", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (!ctx.opt.api_key.empty() && !authorized(ctx.opt.api_key, req))
-      return send_error(res, ApiError(ErrorKind::authentication, "invalid or missing API key"));
-    ModelPtr m = ctx.get_model();
-    res.set_content(ctx.metrics.render(m ? m->engine.get() : nullptr, m != nullptr), "text/plain; version=0.0.4");
-  });
-
-  // Public (no key): load balancers and the tests poll it. 503 while loading or shutting down.
-  auto health = [&ctx](const httplib::Request&, httplib::Response& res) {
-    ModelPtr m = ctx.get_model();
-    if (ctx.draining) return send_error(res, ApiError(ErrorKind::unavailable, "the server is shutting down"));
-    if (!m) return send_error(res, ApiError(ErrorKind::unavailable, "the model is loading"));
-    runtime::EngineStats st = m->engine->stats();
-    send_json(res, 200, json{{"status", "ok"},
-                             {"slots_idle", m->engine->slots() - st.running},
-                             {"slots_processing", st.running},
-                             {"requests_queued", st.queued}});
-  };
-  s.Get("/health", health);
-  s.Get("/v1/health", health);
-
-  // CORS preflight for browser clients.
-  s.Options(".*", [](const httplib::Request&, httplib::Response& res) {
-    res.status = 204;
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-    res.set_header("Access-Control-Max-Age", "86400");
-  });
-}
+int HttpServer::http_threads_started() const { return conn_->worker_threads(); }
 
 }  // namespace qrig::server

@@ -1,5 +1,5 @@
 // What the streamed endpoints (chat completions, completions) share around their own chunk formats: a pump step
-// that never throws (httplib calls content providers outside any handler's try), the end of a stream (error
+// that never throws (the connection layer calls pumps outside any handler's try), the end of a stream (error
 // event, or final chunk + optional usage chunk + [DONE]) and writing a step's bytes (a dead client cancels the
 // generation).
 #pragma once
@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include <httplib.h>
+#include "server/http_message.h"
 #include <nlohmann/json.hpp>
 
 #include "server/errors.h"
@@ -28,7 +28,7 @@ inline nlohmann::json stream_chunk(const std::string& id, const char* object, in
 
 // Runs inner(sink); an exception ends the stream with an internal-error event and cancels the generation.
 template <class Inner>
-bool guarded_pump(Generation& gen, bool& finished, httplib::DataSink& sink, Inner&& inner) {
+bool guarded_pump(Generation& gen, bool& finished, StreamSink& sink, Inner&& inner) {
   try {
     return inner(sink);
   } catch (const std::exception& e) {
@@ -58,7 +58,7 @@ inline std::string stream_end(Generation& gen, const std::string& reason, nlohma
 }
 
 // Writes a step's bytes; a failed write (client gone) cancels the generation. The last step closes the sink.
-inline bool write_step(Generation& gen, bool& finished, httplib::DataSink& sink, const std::string& wire, bool done) {
+inline bool write_step(Generation& gen, bool& finished, StreamSink& sink, const std::string& wire, bool done) {
   if (!wire.empty() && !sink.write(wire.data(), wire.size())) {
     gen.cancel();
     finished = true;

@@ -12,9 +12,11 @@
 
 #include <fmt/format.h>
 
+#include "server/chat_request.h"
 #include "server/generation.h"
 #include "server/handlers.h"
 #include "server/request_parse.h"
+#include "server/sse.h"
 #include "text/chat.h"
 #include "text/unicode.h"
 
@@ -22,7 +24,7 @@ namespace qrig::server {
 
 using nlohmann::json;
 
-void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+void handle_tokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res) {
   const Json body = parse_body(req.body);
   const text::Tokenizer& tok = *model->tokenizer;
   std::set<std::string> known = {"content", "prompt", "messages", "parse_special", "with_pieces", "add_special", "model"};
@@ -38,6 +40,7 @@ void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request
   if (body.contains("messages") && !body["messages"].is_null()) {
     ++given;
     for (const char* k : {"tools", "chat_template_kwargs", "add_generation_prompt"}) known.insert(k);
+    check_messages(body["messages"]);
     try {
       chat = text::render_chat_request_with_spans(body);
     } catch (const text::ChatError& e) {
@@ -47,21 +50,28 @@ void handle_tokenize(Context& ctx, const ModelPtr& model, const httplib::Request
   if (given != 1) throw ApiError(ErrorKind::invalid_request, "give exactly one of 'content', 'prompt' or 'messages'", "content");
   const std::vector<int32_t> ids = chat ? text::encode_chat(tok, *chat, !parse_special.value_or(false))
                                         : tok.encode(text, parse_special.value_or(true));
-  json tokens = json::array();
-  for (int32_t id : ids) {
+  // The answer is written as text: a DOM of a few million {"id", "piece"} objects took gigabytes.
+  report_ignored(req, res, unknown_fields(body, known));
+  std::string out = "{\"tokens\":[";
+  out.reserve(16 + ids.size() * (with_pieces ? 24 : 7));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ',';
+    const int32_t id = ids[i];
     if (!with_pieces) {
-      tokens.push_back(id);
+      out += std::to_string(id);
       continue;
     }
     const std::string& bytes = tok.token_to_bytes(id);
-    tokens.push_back({{"id", id}, {"piece", text::is_valid_utf8(bytes) ? json(bytes) : token_bytes(tok, id)}});
+    out += "{\"id\":" + std::to_string(id) + ",\"piece\":";
+    out += text::is_valid_utf8(bytes) ? json_text(json(bytes)) : json_text(token_bytes(tok, id));
+    out += '}';
   }
-  report_ignored(req, res, unknown_fields(body, known));
-  send_json(res, 200, json{{"tokens", std::move(tokens)}, {"count", ids.size()},
-                           {"max_model_len", model->engine->context_length()}});
+  out += fmt::format("],\"count\":{},\"max_model_len\":{}}}", ids.size(), model->engine->context_length());
+  res.status = 200;
+  res.set_content(std::move(out), "application/json");
 }
 
-void handle_detokenize(Context& ctx, const ModelPtr& model, const httplib::Request& req, httplib::Response& res) {
+void handle_detokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res) {
   const Json body = parse_body(req.body);
   const text::Tokenizer& tok = *model->tokenizer;
   auto t = body.find("tokens");

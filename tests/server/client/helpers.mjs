@@ -17,9 +17,10 @@ export const EOG_BAN = { 1000: -100, 1002: -100 };
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Starts a server; resolves once GET /health answers 200. args: extra CLI flags.
-export async function startServer({ args = [], env = {}, parallel = 4, ctx = 2048, model = TINY } = {}) {
+// requestLog: keep the per-request log lines (off by default).
+export async function startServer({ args = [], env = {}, parallel = 4, ctx = 2048, model = TINY, requestLog = false } = {}) {
   const argv = ['serve', ...(model ? [model] : []), '--port', '0', '--parallel', String(parallel), '--ctx', String(ctx),
-    '--no-request-log', ...args];
+    ...(requestLog ? [] : ['--no-request-log']), ...args];
   const proc = spawn(BINARY, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });

@@ -15,7 +15,8 @@ async function exitWithin(srv, ms) {
 describe('graceful shutdown', () => {
   for (const signal of ['SIGTERM', 'SIGINT']) {
     it(`${signal}: streamed and whole requests in flight complete, then exit 0`, async () => {
-      const srv = await startServer({ parallel: 2 });
+      // Longer than the default drain (8 s): on a loaded 2-core CI machine the two requests take more than that.
+      const srv = await startServer({ parallel: 2, args: ['--shutdown-timeout', '60'] });
       const client = srv.client();
       const stream = await client.chat.completions.create(chatRequest('keep going', {
         max_tokens: 150, temperature: 0, logit_bias: EOG_BAN, stream: true,
