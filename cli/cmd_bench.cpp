@@ -69,11 +69,14 @@ class CudaModel final : public BenchModel {
     return last ? o.argmax.at(0) : -1;
   }
   int64_t max_step() const override { return std::max<int64_t>(1, ex_.plan().max_batch_tokens); }
-  std::string backend() const override { return "CUDA " + ex_.device_name(); }
+  std::string backend() const override {
+    return "CUDA " + ex_.device_name() + (ex_.plan().kernel_code == "ptx" ? " (" + ex_.plan().arch_target + " PTX JIT)" : "");
+  }
   std::string note() const override {
     const runtime::GraphStats g = ex_.graph_stats();
-    return fmt::format("steps: {} decode steps as CUDA graphs ({} captured, {} replayed), {} launched kernel by kernel{}",
-                       g.captured + g.replayed, g.captured, g.replayed, g.eager,
+    return fmt::format("kernels: {}\nsteps: {} decode steps as CUDA graphs ({} captured, {} replayed), {} launched "
+                       "kernel by kernel{}",
+                       ex_.kernel_load(), g.captured + g.replayed, g.captured, g.replayed, g.eager,
                        g.disabled_because.empty() ? "" : "; graphs off: " + g.disabled_because);
   }
   runtime::CudaExecutor& ex() { return ex_; }

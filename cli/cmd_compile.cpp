@@ -29,17 +29,18 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.max_gpus = 1;  // the runtime runs single-GPU plans (the layer pipeline over several GPUs is not built yet)
   co.precise_rows = opt.precise_rows;
   co.max_logit_rows = opt.max_logit_rows;
+  co.ptx_jit = opt.ptx_jit;
   return compiler::compile(f, rig, co);
 }
 
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows"},
-         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs"});
+         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--ptx"});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
                      "[--backend cpu|cuda] [--gpus N] [--precise | --precise-rows N] [--emulate-dp4a] "
-                     "[--no-cuda-graphs] [--no-precompile]");
+                     "[--no-cuda-graphs] [--ptx] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   gguf::File f = gguf::File::open(a.positional()[0]);
@@ -56,7 +57,20 @@ int cmd_compile(int argc, char** argv) {
   if (a.has("--precise-rows") && co.precise_rows < 0) throw UsageError("--precise-rows must be >= 0");
   if (a.has("--emulate-dp4a")) co.family = "dp4a-emulated";
   co.decode_graphs = !a.has("--no-cuda-graphs");
+  co.ptx_jit = a.has("--ptx");
   ir::Plan plan = compiler::compile(f, rig, co);
+#ifdef QRIG_HAVE_CUDA
+  if (plan.backend == "cuda") {
+    // Which NVRTC builds the kernels, and for which code target, is this machine's: recorded in the plan.
+    try {
+      cuda::record_plan_arch(plan);
+    } catch (const cuda::KernelError& e) {
+      if (!a.has("--no-precompile")) throw;
+      plan.notes.push_back(fmt::format("kernels: no NVRTC chosen ({}); the machine that runs the plan chooses",
+                                       e.what()));
+    }
+  }
+#endif
   plan.write(out);
   fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops) for {} on rig '{}'\n", out, out, plan.graph.ops.size(),
              plan.backend, plan.rig_name);
@@ -85,6 +99,10 @@ int cmd_inspect(int argc, char** argv) {
   fmt::print("model     {} ({}, {:.1f} MiB) {}\n", p.model_path, p.arch, mib(p.model_size), p.model_name);
   fmt::print("rig       {}\n", p.rig_name);
   fmt::print("backend   {} {} kernel family {}\n", p.backend, p.arch_target, p.kernel_family);
+  if (p.backend == "cuda")
+    fmt::print("kernels   {} {} by NVRTC {}\n", p.kernel_target.empty() ? p.arch_target : p.kernel_target,
+               p.kernel_code == "ptx" ? "PTX, loaded through the driver's JIT on any newer GPU" : "cubins",
+               p.kernel_nvrtc.empty() ? "(chosen where the plan runs)" : p.kernel_nvrtc);
   if (!p.tuning_source.empty()) fmt::print("tuning    {}\n", p.tuning_source);
   fmt::print("context   {} tokens x {} sequences, {} tokens and {} output rows per step\n", p.context_length,
              p.max_sequences, p.max_batch_tokens, p.max_logit_rows);

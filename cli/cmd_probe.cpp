@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 
@@ -15,6 +16,7 @@
 
 #ifdef QRIG_HAVE_CUDA
 #include "cli/probe_rig.h"
+#include "runtime/cuda/device.h"
 #endif
 
 namespace qrig::cli {
@@ -76,6 +78,20 @@ int cmd_probe(int argc, char** argv) {
   const std::string out = a.get("-o", a.get("--out"));
   const std::string host = hostname();
   const std::string name = a.get("--name", "probe-" + host);
+  // Before anything is compiled or measured: what builds kernels here, and for each GPU whether its
+  // architecture can be built for (an sm_70 GPU with only NVRTC 13 cannot: said here, with what to install).
+  for (const auto& line : cuda::toolchain_report()) fmt::print("{}\n", line);
+  {
+    std::string why;
+    const int n = cuda::device_count(&why);
+    for (int i = 0; i < n; ++i) {
+      const cuda::DeviceInfo info = cuda::device_info(i);
+      const cuda::ArchKernels k = cuda::arch_kernels(info.sm);
+      fmt::print(k.ok ? stdout : stderr, "device {} ({}, sm_{}): {}{}\n", i, info.name, info.sm, k.ok ? "" : "warning: ",
+                 k.text);
+    }
+  }
+  std::fflush(stdout);  // before a failure's message (stderr), even when stdout is a pipe
   const cuda::ProbeResult p = cuda::probe_rig();
   for (const auto& d : p.devices) print_device(d);
   for (const auto& q : p.peers) {

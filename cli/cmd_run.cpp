@@ -51,7 +51,7 @@ const std::set<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "-
 int cmd_run(int argc, char** argv) {
   std::set<std::string> flags = kSamplingFlags;
   flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f"});
-  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs"});
+  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs", "--ptx"});
   if (a.positional().size() > 1)
     throw UsageError("usage: qrig run [MODEL.gguf|PLAN_DIR] -p PROMPT [--chat] [--no-think] [--parse-special] [-n N] [sampling flags]");
   std::string prompt = a.get("-p", a.get("--prompt"));
@@ -73,6 +73,7 @@ int cmd_run(int argc, char** argv) {
   lo.backend = a.get("--backend");
   lo.context_length = a.get_int("--ctx", 0);
   lo.max_sequences = 1;
+  lo.ptx_jit = a.has("--ptx");
   const std::string model = a.positional().empty() ? builtin_model_path() : a.positional()[0];
   ir::Plan plan = load_or_compile_plan(model, lo);
   gguf::File file = gguf::File::open(plan.model_path);

@@ -63,6 +63,8 @@ std::string usage_text() {
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-cuda-graphs", "(flag only)",
                    "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
+  s += fmt::format("  {:<20} {:<22} {}\n", "--ptx", "(flag only)",
+                   "compiling a .gguf for the rig: load its kernels as PTX through the driver's JIT (docs/gpu.md)");
   s += fmt::format("  {:<20} {:<22} {}\n", "MODEL", "QRIG_MODEL", "the .gguf or plan directory to serve");
   return s;
 }
@@ -102,7 +104,7 @@ class Settings {
 int cmd_serve(int argc, char** argv) {
   std::set<std::string> value_flags;
   for (const Option& o : kOptions) value_flags.insert(o.flag);
-  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--help", "-h"});
+  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--ptx", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     fmt::print("{}", usage_text());
     return 0;
@@ -193,6 +195,7 @@ int cmd_serve(int argc, char** argv) {
     lo.rig_path = set.str("--rig");
     lo.backend = set.str("--backend");
     lo.max_sequences = so.slots;
+    lo.ptx_jit = a.has("--ptx");
     lo.context_length = set.integer("--ctx", 0, 1ll << 40);
     if (builtin) {
       model_path = builtin_model_path();

@@ -143,10 +143,10 @@ std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& 
 
 int cmd_verify(int argc, char** argv) {
   Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1", "--dump"},
-         {"--emulate-dp4a", "--precise"});
+         {"--emulate-dp4a", "--precise", "--ptx"});
   if (a.positional().size() != 2)
     throw UsageError("usage: qrig verify MODEL.gguf|PLAN_DIR REF.gguf [--rig RIG.toml] [--backend cpu|cuda] [--tol X] "
-                     "[--min-top1 F] [--split N] [--emulate-dp4a] [--precise] [--dump FILE]");
+                     "[--min-top1 F] [--split N] [--emulate-dp4a] [--precise] [--ptx] [--dump FILE]");
   const bool precise = a.has("--precise");
   const bool emulate = a.has("--emulate-dp4a");
   LoadOptions lo;
@@ -156,10 +156,11 @@ int cmd_verify(int argc, char** argv) {
   lo.max_logit_rows = 512;  // every row of a prefill step (the default 512 tokens)
   if (emulate) lo.family = "dp4a-emulated";
   if (precise) lo.precise_rows = INT64_MAX;
+  lo.ptx_jit = a.has("--ptx");
   const bool dir = std::filesystem::is_directory(a.positional()[0]);
-  if ((precise || emulate) && dir)
-    throw UsageError("--precise and --emulate-dp4a compile the .gguf; a plan directory has its own numerics "
-                     "(qrig compile --precise / --emulate-dp4a)");
+  if ((precise || emulate || lo.ptx_jit) && dir)
+    throw UsageError("--precise, --emulate-dp4a and --ptx compile the .gguf; a plan directory has its own numerics "
+                     "and kernels (qrig compile --precise / --emulate-dp4a / --ptx)");
   if (emulate && lo.backend != "cpu") throw UsageError("--emulate-dp4a is a CPU backend mode");
   ir::Plan plan = load_or_compile_plan(a.positional()[0], lo);
   // The CPU reference runs fp32 throughout: ~5e-6 of the float64 reference, top-1 on every position. The CUDA

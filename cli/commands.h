@@ -32,6 +32,7 @@ struct LoadOptions {
   int64_t precise_rows = -1;  // CompileOptions::precise_rows
   int64_t max_logit_rows = 0;  // CompileOptions::max_logit_rows
   std::string family;          // CompileOptions::family ("dp4a-emulated")
+  bool ptx_jit = false;        // CompileOptions::ptx_jit (--ptx: an older architecture's plan on a newer GPU)
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
 

@@ -30,6 +30,9 @@ struct CompileOptions {
   // "" (the backend's own family), or "dp4a-emulated": the cpu runs the GPU family's numerics.
   std::string family;
   bool decode_graphs = true;  // CUDA plans: decode steps as CUDA graphs
+  // CUDA plans: load the kernels as PTX through the driver's JIT (any GPU at least as new as the target runs
+  // them: checking an older architecture's plan on a newer GPU) instead of as cubins for the target.
+  bool ptx_jit = false;
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.

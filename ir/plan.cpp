@@ -103,6 +103,9 @@ std::string Plan::to_toml() const {
   toml::table plan{{"format", format}, {"compiler_version", compiler_version}, {"backend", backend},
                    {"arch_target", arch_target}, {"device_sms", device_sms}, {"kernel_family", kernel_family},
                    {"tuning_source", tuning_source}, {"rig", rig_name}};
+  if (!kernel_nvrtc.empty()) plan.insert("kernel_nvrtc", kernel_nvrtc);
+  if (!kernel_target.empty()) plan.insert("kernel_target", kernel_target);
+  if (!kernel_code.empty()) plan.insert("kernel_code", kernel_code);
   toml::table model{{"path", model_path}, {"size", model_size}, {"arch", arch}, {"name", model_name},
                     {"vocab_real", vocab_real}};
   toml::table decisions{{"context_length", context_length}, {"max_sequences", max_sequences},
@@ -170,6 +173,16 @@ Plan Plan::read(const std::string& dir) {
       throw Error(fmt::format("{}: arch_target '{}' is not a CUDA architecture like sm_90", file, p.arch_target));
     if (p.device_sms < 1) throw Error(fmt::format("{}: a CUDA plan needs device_sms >= 1", file));
     if (p.kernel_family != "dp4a") throw Error(fmt::format("{}: a CUDA plan runs the dp4a kernel family", file));
+    p.kernel_nvrtc = plan.str("kernel_nvrtc", false);
+    static const std::regex version("[0-9]{1,2}\\.[0-9]{1,2}");
+    if (!p.kernel_nvrtc.empty() && !std::regex_match(p.kernel_nvrtc, version))
+      throw Error(fmt::format("{}: kernel_nvrtc '{}' is not an NVRTC version like 12.4", file, p.kernel_nvrtc));
+    p.kernel_target = plan.str("kernel_target", false);
+    if (!p.kernel_target.empty() && !std::regex_match(p.kernel_target, sm))
+      throw Error(fmt::format("{}: kernel_target '{}' is not a CUDA architecture like sm_90", file, p.kernel_target));
+    if (p.kernel_nvrtc.empty() != p.kernel_target.empty())
+      throw Error(fmt::format("{}: kernel_nvrtc and kernel_target go together", file));
+    p.kernel_code = plan.one_of("kernel_code", {"cubin", "ptx"});
   } else if (p.kernel_family == "dp4a") {
     throw Error(fmt::format("{}: the dp4a kernel family runs on cuda (dp4a-emulated on the cpu)", file));
   }

@@ -67,6 +67,13 @@ struct Plan {
   std::string arch_target;     // e.g. "sm_90" for cuda; empty for cpu
   int64_t device_sms = 0;      // SMs of the target GPU (kernel tilings and splits are chosen for it); 0 for cpu
   std::string kernel_family;   // "reference" (cpu), "dp4a", "dp4a-emulated" (the dp4a family's numerics on the cpu)
+  // cuda: which NVRTC compiles the kernels ("11.8"; empty: chosen where the plan runs) and for which code target
+  // ("sm_70"; differs from arch_target only in NVRTC's degraded mode); how they are loaded: "cubin" (on a GPU
+  // of the code target) or "ptx" (through the driver's JIT on any GPU at least as new: how a plan for an older
+  // architecture is checked on a newer GPU; its speed there is not the older GPU's).
+  std::string kernel_nvrtc;
+  std::string kernel_target;
+  std::string kernel_code;
   std::string tuning_source;   // where the kernel pass's measured numbers came from
   int64_t context_length = 0;  // tokens per sequence the plan allows
   int64_t max_sequences = 1;   // sequence slots

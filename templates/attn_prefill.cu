@@ -68,7 +68,9 @@ __device__ __forceinline__ void load_tile(const unsigned short* __restrict__ cac
 
 // Three CTAs per SM where shared memory allows it (H100/H200: 3 x 64 KiB): registers are capped to fit them
 // (168; 2 CTAs with 188 registers and a deeper-unrolled S loop measured 27.6 vs 29.2 TFLOP/s on the H200).
-extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 3)
+// Where fewer fit (A100: 2; sm_70/75/86/89: 1) the bound asks for those only: under NVRTC 11.8 the sm_70
+// code spilled 16 bytes at the 168-register cap that three CTAs would need.
+extern "C" __global__ void __launch_bounds__(QRIG_THREADS, QRIG_CTAS_FITTING(3, 64))
 attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc, const unsigned short* __restrict__ vc,
              long long kv_row, int T, int pos0, int Hq, float qscale, const float* __restrict__ gate,
              long long gate_row, long long gate_head, float* __restrict__ out, float* __restrict__ ws_o,

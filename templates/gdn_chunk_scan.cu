@@ -18,7 +18,9 @@
 // chunk's L tokens are zero in W, U, P, fk and in the staged q and k, so they add nothing, and their outputs
 // are not written.
 // __launch_bounds__(T, 2): two blocks per SM (at T = 256, 128 registers; 9B dims give 256 blocks for 132 SMs
-// on an H200; without it ptxas picked 211 registers on sm_75 and 64 with spills for other dims).
+// on an H200; without it ptxas picked 211 registers on sm_75 and 64 with spills for other dims). For the sm_70
+// feature set the bound asks for one block: NVRTC 11.8's ptxas then takes 128 registers without spilling (two
+// blocks still fit), while at the bound of two it spilled 16 bytes.
 // Variant: gdn_chunk_scan_dk<DK>_dv<DV>_c<C>_ct<CT>_t<T>.  Grid: (DV / CT, Hv).
 // Arguments: mixed [n][2*Hk*DK + Hv*DV], n_tokens, hk, hv, ws (written by gdn_chunk_prep for the same n),
 // state [Hv][DK][DV] (in place), out [n][Hv*DV].
@@ -66,7 +68,7 @@ __device__ __forceinline__ void gdn_store_tile(const float4 (&v)[NV], float* til
   }
 }
 
-extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(QRIG_THREADS, QRIG_SM < 75 ? 1 : 2)
 gdn_chunk_scan(const float* __restrict__ mixed, int n_tokens, int hk, int hv, const float* __restrict__ ws,
                float* __restrict__ state, float* __restrict__ out) {
   __shared__ float sS[DK * CT];                // state slice at the chunk start [DK][CT]

@@ -16,6 +16,24 @@
 
 #define QRIG_FULL_MASK 0xffffffffu
 
+// Shared memory one SM can give its CTAs, in KiB, for the feature-set architecture (CUDA programming guide,
+// "technical specifications per compute capability"). Kernels whose launch bounds ask for several CTAs per SM
+// ask only for as many as fit: a register cap for CTAs that can never be resident only makes ptxas spill.
+#if QRIG_SM >= 100
+#define QRIG_SMEM_PER_SM_KIB (QRIG_SM == 100 || QRIG_SM == 103 ? 228 : 100)
+#elif QRIG_SM >= 90
+#define QRIG_SMEM_PER_SM_KIB 228
+#elif QRIG_SM >= 80
+#define QRIG_SMEM_PER_SM_KIB (QRIG_SM == 80 || QRIG_SM == 87 ? 164 : 100)
+#elif QRIG_SM >= 75
+#define QRIG_SMEM_PER_SM_KIB 64
+#else
+#define QRIG_SMEM_PER_SM_KIB 96
+#endif
+// The CTAs of `kib` KiB each (plus the 1 KiB the hardware reserves per CTA) that fit one SM, at most `want`.
+#define QRIG_CTAS_FITTING(want, kib) \
+  (QRIG_SMEM_PER_SM_KIB / ((kib) + 1) < (want) ? QRIG_SMEM_PER_SM_KIB / ((kib) + 1) : (want))
+
 // fp16 (IEEE binary16 bits) -> float, exact for every value (subnormals, inf, NaN included).
 __device__ __forceinline__ float qrig_half_to_float(unsigned short h) {
   float f;
@@ -39,8 +57,13 @@ __device__ __forceinline__ float qrig_small_int_to_float(int s) {
   return __int_as_float(0x4B400000 + s) - 12582912.0f;
 }
 
-// Sum of the 4 int8 x int8 products of two packed words, plus acc (dp4a, sm_61+).
-__device__ __forceinline__ int qrig_dot4(int a, int b, int acc) { return __dp4a(a, b, acc); }
+// Sum of the 4 int8 x int8 products of two packed words, plus acc (dp4a, sm_61+). The PTX instruction, not the
+// __dp4a intrinsic: NVRTC 11.8 (the sm_70 compiler) declares __dp4a but leaves it undefined.
+__device__ __forceinline__ int qrig_dot4(int a, int b, int acc) {
+  int r;
+  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
+  return r;
+}
 
 // Dot of 16 int8 pairs held in two int4.
 __device__ __forceinline__ int qrig_dot16(int4 a, int4 b) {
@@ -74,7 +97,9 @@ __device__ __forceinline__ V qrig_block_add(V v, V* scratch) {
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
   V s = 0;
-#pragma unroll
+  // In eights: fully unrolled, ptxas (NVRTC 11.8's) loads all T/32 partial sums at once, which at T = 1024
+  // (64 registers a thread) spilled. The additions stay in warp order either way.
+#pragma unroll 8
   for (int w = 0; w < T / 32; ++w) s += scratch[w];
   __syncthreads();
   return s;

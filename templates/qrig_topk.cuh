@@ -132,7 +132,7 @@ __device__ __forceinline__ float qrig_block_max(float v, float* scratch) {
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
   float m = scratch[0];
-#pragma unroll
+#pragma unroll 8  // as qrig_block_add
   for (int w = 1; w < T / 32; ++w) m = fmaxf(m, scratch[w]);
   __syncthreads();
   return m;

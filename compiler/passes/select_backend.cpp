@@ -20,6 +20,7 @@ void select_backend(CompileContext& cx) {
   if (cx.options.force_backend == "cpu" || !cx.rig.has_cuda() || emulate) {
     if (emulate && cx.options.force_backend == "cuda")
       throw CompileError("the dp4a-emulated family runs on the cpu backend");
+    if (cx.options.ptx_jit) throw CompileError("PTX loading (--ptx) is for CUDA plans; this plan runs on the cpu");
     p.backend = "cpu";
     p.kernel_family = emulate ? "dp4a-emulated" : "reference";
     p.arch_target.clear();
@@ -55,6 +56,11 @@ void select_backend(CompileContext& cx) {
                                 p.arch_target, first->name,
                                 throttled ? "; the rig reports throttled tensor cores" : ""));
   p.notes.push_back("tuning: " + cx.tuning.source);
+  p.kernel_code = cx.options.ptx_jit ? "ptx" : "cubin";
+  if (cx.options.ptx_jit)
+    p.notes.push_back(fmt::format("kernels: loaded as {} PTX through the driver's JIT, so any GPU of {} or newer runs "
+                                  "this plan (for checking the {} kernel family on another GPU; its speed there is "
+                                  "not a {} GPU's)", p.arch_target, p.arch_target, p.arch_target, p.arch_target));
 }
 
 }  // namespace qrig::compiler::passes

@@ -51,7 +51,7 @@ AttentionKernels::AttentionKernels(const KernelLoader& load, const AttentionDims
 
 void AttentionKernels::run(const float* q, const uint16_t* kcache, const uint16_t* vcache, int64_t T, int64_t pos0,
                            float scale, const float* gate, int64_t gate_row_stride, int64_t gate_head_stride,
-                           float* out, void* workspace, cudaStream_t stream) const {
+                           float* out, void* workspace, StreamHandle stream) const {
   if (T < 0 || pos0 < 0 || pos0 + T > context_)
     throw KernelError(fmt::format("attention: {} tokens at position {} with a context of {}", T, pos0, context_));
   if (T == 0) return;
@@ -74,12 +74,12 @@ void AttentionKernels::run(const float* q, const uint16_t* kcache, const uint16_
   const bool decode = r->main.variant.kernel == "attn_decode";
   const kernels::AttentionSplit s = kernels::attention_split(d_, ctas_, T, pos0 + T, decode);
   float* ws_o = nullptr;
-  float2* ws_ml = nullptr;
+  float* ws_ml = nullptr;  // float2 pairs (m, l) in the kernel
   if (s.n_split > 1) {
     require_aligned(workspace, 256, "attention", "workspace");
     ws_o = static_cast<float*>(workspace);
     const size_t items = (size_t)s.n_split * (size_t)T * (size_t)d_.Hq;
-    ws_ml = reinterpret_cast<float2*>(static_cast<char*>(workspace) + (items * (size_t)d_.hd * sizeof(float) + 255) / 256 * 256);
+    ws_ml = reinterpret_cast<float*>(static_cast<char*>(workspace) + (items * (size_t)d_.hd * sizeof(float) + 255) / 256 * 256);
   }
   const auto* kc = reinterpret_cast<const unsigned short*>(kcache);
   const auto* vc = reinterpret_cast<const unsigned short*>(vcache);
@@ -90,18 +90,18 @@ void AttentionKernels::run(const float* q, const uint16_t* kcache, const uint16_
   if (s.decode) {
     const LoadedKernel& k = r->main;
     const int kps = (int)s.keys_per_split;
-    k.kernel.launch(dim3((unsigned)s.n_split, (unsigned)d_.Hkv), dim3(kernels::kAttentionDecodeThreads), 0, stream, q, kc, vc, kv_row,
+    k.kernel.launch(Dim3((unsigned)s.n_split, (unsigned)d_.Hkv), Dim3(kernels::kAttentionDecodeThreads), 0, stream, q, kc, vc, kv_row,
                     Ti, pos, Hq, qscale, gate, grow, ghead, out, ws_o, ws_ml, kps, n_split);
   } else {
     const int64_t blocks = ceil_div(T, kernels::kAttentionPrefillRows / group_) * s.n_split;
     if (blocks > INT_MAX) throw KernelError(fmt::format("attention: {} prefill blocks", blocks));
-    r->main.kernel.launch(dim3((unsigned)blocks, (unsigned)d_.Hkv), dim3(kernels::kAttentionPrefillThreads), kernels::kAttentionPrefillSmem,
+    r->main.kernel.launch(Dim3((unsigned)blocks, (unsigned)d_.Hkv), Dim3(kernels::kAttentionPrefillThreads), kernels::kAttentionPrefillSmem,
                                      stream, q, kc, vc, kv_row, Ti, pos, Hq, qscale, gate, grow, ghead, out, ws_o,
                                      ws_ml, n_split);
   }
   if (s.n_split > 1)
-    r->merge.kernel.launch(dim3((unsigned)(T * d_.Hq * 4)), dim3(kernels::kAttentionMergeThreads), 0, stream,
-                                   static_cast<const float*>(ws_o), static_cast<const float2*>(ws_ml), n_split, Ti,
+    r->merge.kernel.launch(Dim3((unsigned)(T * d_.Hq * 4)), Dim3(kernels::kAttentionMergeThreads), 0, stream,
+                                   static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), n_split, Ti,
                                    Hq, gate, grow, ghead, out);
 }
 

@@ -27,7 +27,7 @@ class AttentionKernels {
   // workspace: kernels::attention_workspace_bytes(d, ctas, context, T) bytes, 256-byte aligned. pos0 + T <= context.
   void run(const float* q, const uint16_t* kcache, const uint16_t* vcache, int64_t T, int64_t pos0, float scale,
            const float* gate, int64_t gate_row_stride, int64_t gate_head_stride, float* out, void* workspace,
-           cudaStream_t stream) const;
+           StreamHandle stream) const;
 
  private:
   struct Range {

@@ -1,12 +1,12 @@
-// The CUDA runtime API, checked: device discovery and per-device setup, device memory, streams, events,
-// cubins loaded as libraries (cudaLibraryLoadData, context-independent: one load serves every device) and
-// kernel launches (cudaLaunchKernel on a cudaKernel_t). Every call is checked and a failure throws CudaError
-// saying what was attempted, on which device, with CUDA's error name and message (the seed engine's worst
-// bugs were unchecked allocations and launches). cudart is linked statically and loads libcuda lazily, so
-// nothing here runs until called: on a machine without a driver, device_count() is 0 and says why.
+// The CUDA driver API (driver_api.h, loaded at run time), checked: device discovery and per-device setup
+// (each device's primary context, made current per thread by DeviceGuard, as cudart does), device memory,
+// streams, events, code loaded as libraries (cuLibraryLoadData, context-independent: one load serves every
+// device; a cubin, or PTX that the driver JIT-compiles for the GPU) and kernel launches (cuLaunchKernel on a
+// CUkernel). Every call is checked and a failure throws CudaError saying what was attempted, on which device,
+// with CUDA's error name and message (the seed engine's worst bugs were unchecked allocations and launches).
+// Nothing here loads the driver until called: on a machine without one, device_count() is 0 and says why.
+// Calls that take no device use the thread's current context, device 0's when the thread has none.
 #pragma once
-
-#include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -15,18 +15,12 @@
 #include <string>
 #include <vector>
 
-#if !defined(CUDART_VERSION) || CUDART_VERSION < 12010
-#error "qrig's CUDA runtime needs CUDA 12.1 or newer (cudaLibraryLoadData, cudaKernel_t)"
-#endif
+#include "runtime/cuda/driver_api.h"
 
 namespace qrig::cuda {
 
-struct CudaError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Throws CudaError "<what>: <cudaErrorName> (<message>)" unless e is cudaSuccess.
-void check(cudaError_t e, const std::string& what);
+// Throws CudaError "<what>: <CUDA error name> (<message>)" unless r is CUDA_SUCCESS.
+void check(drv::CUresult r, const std::string& what);
 
 // The number of CUDA devices; 0, never an exception, when there is no driver or no device (why, when given,
 // then says which).
@@ -47,11 +41,13 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int device);
 
-// Setup of every device, not only the first: creates its primary context (cudaFree(0) on it), reads its
-// limits. Throws CudaError naming the device that fails; returns nothing when there is no device.
+// Setup of every device, not only the first: retains its primary context, reads its limits. Throws CudaError naming the device that fails; returns nothing when there is no device.
 std::vector<DeviceInfo> init_devices();
 
-// Makes `device` current for the scope; restores the previous one.
+// A device's primary context (retained on first use, kept for the process's life). Throws CudaError.
+drv::CUcontext primary_context(int device);
+
+// Makes `device` (its primary context) current on this thread for the scope; restores the previous one.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
@@ -60,7 +56,7 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  int prev_ = 0;
+  drv::CUcontext prev_ = nullptr;
 };
 
 // Raw, checked memory operations (the typed buffer below uses them). `what` names the buffer in errors.
@@ -71,13 +67,13 @@ void device_free(int device, void* p) noexcept;
 void copy_to_device(void* dst, const void* src, size_t bytes, const std::string& what);
 void copy_to_host(void* dst, const void* src, size_t bytes, const std::string& what);
 void fill_device_bytes(void* dst, int byte, size_t bytes, const std::string& what);
-void copy_on_device(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what);  // async
+void copy_on_device(void* dst, const void* src, size_t bytes, StreamHandle stream, const std::string& what);  // async
 // Ordered on `stream`. From pageable host memory the source may be reused when the call returns (CUDA stages
 // it); to pageable host memory the data is there only after the stream is synchronised.
-void copy_to_device_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what);
-void copy_to_host_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, const std::string& what);
-void fill_device_bytes_async(void* dst, int byte, size_t bytes, cudaStream_t stream, const std::string& what);
-void synchronize(int device, const std::string& what);  // cudaDeviceSynchronize, checked
+void copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle stream, const std::string& what);
+void copy_to_host_async(void* dst, const void* src, size_t bytes, StreamHandle stream, const std::string& what);
+void fill_device_bytes_async(void* dst, int byte, size_t bytes, StreamHandle stream, const std::string& what);
+void synchronize(int device, const std::string& what);  // cuCtxSynchronize on its context, checked
 
 // An owned device allocation of `count` T on one device. Move-only.
 template <class T>
@@ -148,13 +144,13 @@ class Stream {
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
+  StreamHandle get() const { return s_; }
   int device() const { return device_; }
-  void sync(const std::string& what) const;  // cudaStreamSynchronize, checked (reports kernel faults)
+  void sync(const std::string& what) const;  // cuStreamSynchronize, checked (reports kernel faults)
 
  private:
   int device_;
-  cudaStream_t s_ = nullptr;
+  StreamHandle s_ = nullptr;
 };
 
 // A timing event (CUDA events: the target cards have no CUPTI).
@@ -164,22 +160,22 @@ class Event {
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
-  void record(cudaStream_t s);
+  void record(StreamHandle s);
   void sync() const;
   // Milliseconds between two recorded, completed events.
   static float elapsed_ms(const Event& start, const Event& end);
 
  private:
-  cudaEvent_t e_ = nullptr;
+  drv::CUevent e_ = nullptr;
 };
 
-// Where a checked launch goes instead of cudaLaunchKernel while a hook is installed on the calling thread
+// Where a checked launch goes instead of cuLaunchKernel while a hook is installed on the calling thread
 // (graph.h: recording the graph nodes of a stream capture, or updating them in an instantiated graph).
 class LaunchHook {
  public:
   virtual ~LaunchHook() = default;
-  virtual void launch(cudaKernel_t kernel, const std::string& name, dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, void** args) = 0;
+  virtual void launch(KernelHandle kernel, const std::string& name, Dim3 grid, Dim3 block, size_t smem,
+                      StreamHandle stream, void** args) = 0;
 };
 
 // Installs a hook on this thread for its lifetime (nests: the previous one comes back).
@@ -198,36 +194,41 @@ class ScopedLaunchHook {
 class Kernel {
  public:
   const std::string& name() const { return name_; }
-  cudaKernel_t handle() const { return handle_; }
+  KernelHandle handle() const { return handle_; }
   int max_threads() const { return max_threads_; }  // its __launch_bounds__
 
   // Allows `bytes` of dynamic shared memory (above the 48 KiB default) on every device of the process,
   // checking each device's opt-in limit. Throws CudaError naming the device that cannot.
   void opt_in_shared(size_t bytes);
   size_t dynamic_shared_limit() const { return *smem_opt_in_; }
+  // Resident blocks per SM of `device` at this block size and dynamic shared memory (the occupancy API).
+  int max_active_blocks_per_sm(int device, int block_threads, size_t smem) const;
 
   // Checked launch: grid and block within the device limits and the kernel's launch bounds, dynamic shared
-  // memory within what was opted in, then cudaLaunchKernel and cudaGetLastError (or the thread's LaunchHook).
-  void launch_raw(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void** args) const;
+  // memory within what was opted in, then cuLaunchKernel (or the thread's LaunchHook).
+  void launch_raw(Dim3 grid, Dim3 block, size_t smem, StreamHandle stream, void** args) const;
   template <class... A>
-  void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A... args) const {
+  void launch(Dim3 grid, Dim3 block, size_t smem, StreamHandle stream, A... args) const {
     void* ptrs[] = {static_cast<void*>(&args)...};
     launch_raw(grid, block, smem, stream, ptrs);
   }
 
  private:
   friend class Library;
-  std::shared_ptr<void> library_;  // the cudaLibrary_t, unloaded with its last kernel or Library
-  cudaKernel_t handle_ = nullptr;
+  std::shared_ptr<void> library_;  // the CUlibrary, unloaded with its last kernel or Library
+  KernelHandle handle_ = nullptr;
   std::string name_;
   int max_threads_ = 0;
   std::shared_ptr<size_t> smem_opt_in_;  // shared by copies
 };
 
-// A cubin loaded with cudaLibraryLoadData (not tied to a device or context).
+// Code loaded with cuLibraryLoadData (not tied to a device or context): a cubin (an ELF file) for the GPUs'
+// architecture, or PTX text, which the driver compiles for each GPU it runs on (its JIT: how a plan for an
+// older architecture runs on a newer GPU). A JIT failure's log is in the error.
 class Library {
  public:
-  Library(const std::vector<char>& cubin, const std::string& what);
+  Library(const std::vector<char>& code, const std::string& what);
+  static bool is_cubin(const std::vector<char>& code);  // ELF magic
   // The kernel `entry` (an extern "C" name), whose launch bounds are max_threads.
   Kernel kernel(const std::string& entry, int max_threads) const;
   const std::string& what() const { return what_; }
@@ -238,8 +239,8 @@ class Library {
 };
 
 
-// Page-locked (pinned) host memory (cudaMallocHost): copies from and to it run asynchronously at the
-// link's full speed. Move-only; freed with cudaFreeHost.
+// Page-locked (pinned) host memory (cuMemHostAlloc, portable: every context may use it): copies from and to
+// it run asynchronously at the link's full speed. Move-only; freed with cuMemFreeHost.
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
@@ -259,18 +260,18 @@ class PinnedBuffer {
   std::string what_;
 };
 
-// cudaDeviceGetAttribute, checked (clock rates live here since CUDA 13 dropped them from cudaDeviceProp).
-int device_attribute(int device, cudaDeviceAttr attr, const std::string& what);
-// Free and total bytes of a device's memory now (cudaMemGetInfo), checked.
+// cuDeviceGetAttribute, checked.
+int device_attribute(int device, drv::DeviceAttr attr, const std::string& what);
+// Free and total bytes of a device's memory now (cuMemGetInfo), checked.
 void memory_info(int device, size_t* free_bytes, size_t* total_bytes);
 
-// Peer-to-peer: whether `device` can address `peer`'s memory (cudaDeviceCanAccessPeer), and turning that
+// Peer-to-peer: whether `device` can address `peer`'s memory (cuDeviceCanAccessPeer), and turning that
 // access on (returns false when it was already on: leave it on then) and off again.
 bool can_access_peer(int device, int peer);
 bool enable_peer_access(int device, int peer);
 void disable_peer_access(int device, int peer) noexcept;
-// cudaMemcpyPeerAsync on `stream`: direct when peer access is on, staged through the host otherwise.
-void copy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t bytes, cudaStream_t stream,
+// cuMemcpyPeerAsync on `stream`: direct when peer access is on, staged through the host otherwise.
+void copy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t bytes, StreamHandle stream,
                      const std::string& what);
 
 }  // namespace qrig::cuda

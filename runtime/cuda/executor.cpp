@@ -38,6 +38,7 @@ int CudaExecutor::slots() const { return (int)impl_->slots.size(); }
 int64_t CudaExecutor::vocab_rows() const { return impl_->vocab_rows; }
 int64_t CudaExecutor::position(int slot) const { return impl_->slot(slot).n_past; }
 std::string CudaExecutor::device_name() const { return impl_->info.name; }
+std::string CudaExecutor::kernel_load() const { return impl_->kernel_load; }
 int64_t CudaExecutor::device_bytes() const { return impl_->allocated; }
 
 void CudaExecutor::synchronize() const { impl_->stream->sync("CUDA executor"); }
@@ -95,7 +96,7 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
   if ((want_logits || want_argmax) && R == 0) throw RuntimeError("step asks for outputs but names no rows");
 
   cuda::DeviceGuard guard(m.opt.device);
-  const cudaStream_t st = m.stream->get();
+  const cuda::StreamHandle st = m.stream->get();
   cuda::copy_to_device_async(m.tokens_dev.data(), tok.data(), (size_t)T * 4, st, "step tokens");
   cuda::copy_to_device_async(m.pos_dev.data(), pos.data(), (size_t)T * 4, st, "step positions");
   if (R > 0) cuda::copy_to_device_async(m.rows_dev.data(), out_rows.data(), (size_t)R * 4, st, "step rows");

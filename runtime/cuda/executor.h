@@ -62,6 +62,9 @@ class CudaExecutor {
   int64_t position(int slot) const;
   void reset(int slot);
   std::string device_name() const;
+  // How the kernels were built and loaded, e.g. "sm_90 cubins by NVRTC 13.0", or for a plan of kernel_code
+  // "ptx": "sm_70 PTX by NVRTC 11.8, JIT-compiled by the driver for sm_90 (...)".
+  std::string kernel_load() const;
   int64_t device_bytes() const;  // weights + arena + states + workspaces allocated
 
   // Runs every input's tokens (appended at its slot's position). rows[k] lists the rows of input k (indices

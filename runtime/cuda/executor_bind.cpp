@@ -8,6 +8,7 @@
 
 #include "ir/kernel_attr.h"
 #include "runtime/cuda/executor_impl.h"
+#include "runtime/cuda/plan_kernels.h"
 
 namespace qrig::runtime {
 
@@ -19,7 +20,7 @@ Slot& CudaExecutor::Impl::slot(int s) {
 const cuda::LoadedKernel* CudaExecutor::Impl::load(const cuda::Variant& v) {
   auto it = kernels.find(v.name);
   if (it != kernels.end()) return it->second.get();
-  auto k = std::make_unique<cuda::LoadedKernel>(cuda::load_kernel(compiler->get(v, feature_sm)));
+  auto k = std::make_unique<cuda::LoadedKernel>(cuda::load_kernel(compiler->get(v, arch), ptx_jit));
   return kernels.emplace(v.name, std::move(k)).first->second.get();
 }
 
@@ -59,11 +60,20 @@ void CudaExecutor::Impl::bind() {
   cuda::init_devices();
   info = cuda::device_info(opt.device);
   feature_sm = cuda::parse_sm(plan.arch_target);
-  const cuda::ArchChoice arch = cuda::choose_arch(feature_sm);
-  if (arch.target_sm != info.sm)
-    throw RuntimeError(fmt::format("the plan was compiled for {} (code for sm_{}) but device {} ({}) is sm_{}: "
-                                   "compile the plan for this GPU's rig (qrig probe, qrig compile --rig)",
-                                   plan.arch_target, arch.target_sm, opt.device, info.name, info.sm));
+  arch = cuda::plan_arch(plan);
+  ptx_jit = plan.kernel_code == "ptx";
+  if (ptx_jit ? info.sm < arch.target_sm : arch.target_sm != info.sm)
+    throw RuntimeError(fmt::format(
+        "the plan was compiled for {} (code for sm_{}) but device {} ({}) is sm_{}: compile the plan for this GPU's "
+        "rig (qrig probe, qrig compile --rig){}",
+        plan.arch_target, arch.target_sm, opt.device, info.name, info.sm,
+        !ptx_jit && info.sm > arch.target_sm ? "; or, to check these kernels on this newer GPU, compile it with --ptx "
+                                               "(PTX through the driver's JIT)"
+                                             : ""));
+  kernel_load = ptx_jit ? fmt::format("sm_{} PTX by NVRTC {}, JIT-compiled by the driver for sm_{} (checks the {} "
+                                      "kernels here; their speed is not an sm_{} GPU's)",
+                                      arch.target_sm, arch.nvrtc, info.sm, plan.arch_target, arch.target_sm)
+                        : fmt::format("sm_{} cubins by NVRTC {}", arch.target_sm, arch.nvrtc);
   if (layout.total() > info.total_bytes)
     throw RuntimeError(fmt::format("the plan needs {:.2f} GiB on device {} ({}), which has {:.2f} GiB: compile it for "
                                    "this GPU's rig", (double)layout.total() / (1 << 30), opt.device, info.name,

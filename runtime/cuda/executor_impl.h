@@ -74,6 +74,9 @@ struct CudaExecutor::Impl {
   CudaOptions opt;
   cuda::DeviceInfo info;
   int feature_sm = 0;
+  cuda::ArchChoice arch;    // the plan's NVRTC and code target
+  bool ptx_jit = false;     // kernels loaded as PTX through the driver's JIT (plan kernel_code = "ptx")
+  std::string kernel_load;  // how, in words (CudaExecutor::kernel_load)
   std::unique_ptr<cuda::KernelCompiler> compiler;
   std::unique_ptr<cuda::Stream> stream;
   std::unique_ptr<BoundGraph> graph;
@@ -144,7 +147,7 @@ struct StepCx {
   const std::vector<int64_t>& offset;  // first row of each input in the step
   const std::vector<int32_t>& out_rows;
   int64_t T, R;
-  cudaStream_t stream;
+  cuda::StreamHandle stream;
 };
 void bind_op_kernels(KernelBinder& kb, CudaStep& s);
 void bind_op_resources(CudaExecutor::Impl& m, CudaStep& s);

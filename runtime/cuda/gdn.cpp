@@ -60,7 +60,7 @@ bool GdnKernels::recurrent_for(int64_t T) const { return range_for(T).kernels.si
 
 void GdnKernels::run(const float* mixed, const float* alpha, const float* beta, const float* ssm_a,
                      const float* dt_bias, int64_t T, float* state, float* out, void* workspace,
-                     cudaStream_t stream) const {
+                     StreamHandle stream) const {
   if (T < 0 || T > INT_MAX / 2) throw KernelError(fmt::format("gdn: {} tokens", T));
   if (T == 0) return;
   require_aligned(mixed, 16, "gdn", "mixed");
@@ -75,7 +75,7 @@ void GdnKernels::run(const float* mixed, const float* alpha, const float* beta, 
   if (r.kernels.size() == 1) {
     const LoadedKernel& k = r.kernels[0];
     const int64_t cols = k.variant.param("cw") * (k.variant.threads() / 32);
-    k.kernel.launch(dim3((unsigned)(d_.dv / cols), (unsigned)hv), dim3((unsigned)k.variant.threads()), 0, stream,
+    k.kernel.launch(Dim3((unsigned)(d_.dv / cols), (unsigned)hv), Dim3((unsigned)k.variant.threads()), 0, stream,
                     mixed, alpha, beta, ssm_a, dt_bias, n, hk, hv, state, out);
     return;
   }
@@ -83,12 +83,12 @@ void GdnKernels::run(const float* mixed, const float* alpha, const float* beta, 
   float* ws = static_cast<float*>(workspace);
   const int64_t chunks = (T + chunk_ - 1) / chunk_;
   const LoadedKernel& prep = r.kernels[0];
-  prep.kernel.launch(dim3((unsigned)chunks, (unsigned)hv), dim3((unsigned)prep.variant.threads()), 0, stream, mixed,
+  prep.kernel.launch(Dim3((unsigned)chunks, (unsigned)hv), Dim3((unsigned)prep.variant.threads()), 0, stream, mixed,
                      alpha, beta, ssm_a, dt_bias, n, hk, hv, ws);
   const LoadedKernel& scan = r.kernels[1];
   const float* cws = ws;
-  scan.kernel.launch(dim3((unsigned)(d_.dv / scan.variant.param("ct")), (unsigned)hv),
-                     dim3((unsigned)scan.variant.threads()), 0, stream, mixed, n, hk, hv, cws, state, out);
+  scan.kernel.launch(Dim3((unsigned)(d_.dv / scan.variant.param("ct")), (unsigned)hv),
+                     Dim3((unsigned)scan.variant.threads()), 0, stream, mixed, n, hk, hv, cws, state, out);
 }
 
 }  // namespace qrig::cuda

@@ -24,7 +24,7 @@ class GdnKernels {
   // The T tokens of one sequence. workspace: kernels::gdn_workspace_bytes(d, chunk, T) bytes, 256-byte aligned
   // (unused by the recurrent kernel).
   void run(const float* mixed, const float* alpha, const float* beta, const float* ssm_a, const float* dt_bias,
-           int64_t T, float* state, float* out, void* workspace, cudaStream_t stream) const;
+           int64_t T, float* state, float* out, void* workspace, StreamHandle stream) const;
   bool recurrent_for(int64_t T) const;
 
  private:

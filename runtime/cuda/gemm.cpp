@@ -29,7 +29,7 @@ const signed char* require_gemm_args(const LoadedKernel& k, const Q8Matrix& w, c
 }  // namespace
 
 void launch_gemm_q8_0_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                            const int8_t* xq2, int64_t T, float* y, cudaStream_t stream) {
+                            const int8_t* xq2, int64_t T, float* y, StreamHandle stream) {
   require_kernel(k, "gemm_q8_0_dp4a_tiled");
   const signed char* q2 = require_gemm_args(k, w, xq, xd, xq2, T, y);
   const int64_t bn = k.variant.param("bn"), bt = k.variant.param("bt");
@@ -39,27 +39,27 @@ void launch_gemm_q8_0_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8
   const int64_t gx = (T + bt - 1) / bt, gy = (w.rows + bn - 1) / bn;
   if (gx > INT_MAX || gy > 65535)
     throw KernelError(fmt::format("{}: a grid of {} x {} CTAs", k.variant.name, gx, gy));
-  k.kernel.launch(dim3((unsigned)gx, (unsigned)gy), dim3((unsigned)k.variant.threads()), 0, stream,
+  k.kernel.launch(Dim3((unsigned)gx, (unsigned)gy), Dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
                   reinterpret_cast<const signed char*>(xq), xd, q2, y, (int)w.cols, (int)w.rows, (int)T);
 }
 
 void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                             const int8_t* xq2, int64_t T, float* y, cudaStream_t stream) {
+                             const int8_t* xq2, int64_t T, float* y, StreamHandle stream) {
   require_kernel(k, "gemm_q8_0_dp4a_skinny");
   const signed char* q2 = require_gemm_args(k, w, xq, xd, xq2, T, y);
   if (T > k.variant.param("c"))
     throw KernelError(fmt::format("{}: {} activation rows, more than its {}", k.variant.name, T, k.variant.param("c")));
   const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
   const int64_t g = (w.rows + rows_per_block - 1) / rows_per_block;
-  k.kernel.launch(dim3((unsigned)g), dim3((unsigned)k.variant.threads()), 0, stream,
+  k.kernel.launch(Dim3((unsigned)g), Dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
                   reinterpret_cast<const signed char*>(xq), xd, q2, y, (int)w.cols, (int)w.rows, (int)T);
 }
 
 
 void launch_matmul_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                        const int8_t* xq2, int64_t T, float* y, cudaStream_t stream) {
+                        const int8_t* xq2, int64_t T, float* y, StreamHandle stream) {
   if (k.variant.kernel == "gemm_q8_0_dp4a_tiled") {
     launch_gemm_q8_0_tiled(k, w, xq, xd, xq2, T, y, stream);
   } else if (k.variant.kernel == "gemm_q8_0_dp4a_skinny") {
@@ -100,7 +100,7 @@ const LoadedKernel& MatmulKernels::kernel_for(int64_t T) const {
 }
 
 void MatmulKernels::run(const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2, int64_t T, float* y,
-                        cudaStream_t stream) const {
+                        StreamHandle stream) const {
   launch_matmul_q8_0(kernel_for(T), w, xq, xd, xq2, T, y, stream);
 }
 

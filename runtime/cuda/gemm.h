@@ -19,12 +19,12 @@ namespace qrig::cuda {
 // come from the loaded variant. xq 16-byte aligned, xd 4, y 16; xq2 (the second plane, read only by p2
 // variants, which require it) 16, may be null for p1. tiled: w.cols a multiple of 32*kb*sk. skinny: T <= cols.
 void launch_gemm_q8_0_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                            const int8_t* xq2, int64_t T, float* y, cudaStream_t stream);
+                            const int8_t* xq2, int64_t T, float* y, StreamHandle stream);
 void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                             const int8_t* xq2, int64_t T, float* y, cudaStream_t stream);
+                             const int8_t* xq2, int64_t T, float* y, StreamHandle stream);
 // Any of the three matmul templates (GEMV for T = 1 only), by the variant's kernel.
 void launch_matmul_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                        const int8_t* xq2, int64_t T, float* y, cudaStream_t stream);
+                        const int8_t* xq2, int64_t T, float* y, StreamHandle stream);
 
 // The kernels of one matmul for its ranges of rows, as a plan names them (one variant per range), loaded once;
 // run() launches the range's kernel for T rows.
@@ -36,7 +36,7 @@ class MatmulKernels {
   // y [T][n] f32 = xq/xd(/xq2) [T][k] x w^T for T rows within the ranges. Device pointers; y 16-byte aligned; xq2
   // the second plane (required when the range's variant has two planes).
   void run(const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2, int64_t T, float* y,
-           cudaStream_t stream) const;
+           StreamHandle stream) const;
   const LoadedKernel& kernel_for(int64_t T) const;  // throws KernelError outside the ranges
   int64_t planes_for(int64_t T) const { return kernel_for(T).variant.param("p"); }
   int64_t min_rows() const { return ranges_.empty() ? 0 : ranges_.front().first; }

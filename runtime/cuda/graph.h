@@ -6,10 +6,8 @@
 // and its split-KV grid), each of their launches updating the next remembered node of the instantiated graph,
 // then launches the graph. A replay that launches a different number of kernels than were remembered (e.g.
 // attention over <= 32 keys needs no merge kernel, later it does), or whose update CUDA refuses, is reported
-// by finish_patch(), and the caller captures anew. CUDA 12.1+ and 13 (cudaStreamGetCaptureInfo differs).
+// by finish_patch(), and the caller captures anew. Driver API of CUDA 12.0+ (cuStreamGetCaptureInfo_v2).
 #pragma once
-
-#include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <memory>
@@ -23,7 +21,7 @@ namespace qrig::cuda {
 class StepGraph {
  public:
   // Starts capturing `stream` (thread-local mode: other threads' CUDA calls are not affected).
-  explicit StepGraph(cudaStream_t stream);
+  explicit StepGraph(StreamHandle stream);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
@@ -42,18 +40,19 @@ class StepGraph {
   LaunchHook* patcher();
   bool finish_patch();
 
-  void launch(cudaStream_t stream);  // throws CudaError
+  void launch(StreamHandle stream);  // throws CudaError
   size_t patchable() const { return nodes_.size(); }
 
  private:
   class Recorder;
   class Patcher;
-  cudaStream_t stream_;
+  StreamHandle stream_;
   bool capturing_ = false;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-  std::vector<cudaGraphNode_t> nodes_;           // patchable kernel nodes, in launch order
-  std::vector<cudaKernelNodeParams> params_;     // their launch parameters (function, as launched)
+  drv::CUgraph graph_ = nullptr;
+  drv::CUgraphExec exec_ = nullptr;
+  std::vector<drv::CUgraphNode> nodes_;          // patchable kernel nodes, in launch order
+  std::vector<KernelHandle> kernels_;            // their kernels
+  std::vector<drv::KernelNodeParams> params_;    // their launch parameters (the context's function, as launched)
   size_t next_ = 0;
   bool patch_ok_ = true;
   std::unique_ptr<Recorder> recorder_;

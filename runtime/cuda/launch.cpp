@@ -35,13 +35,16 @@ void require_q8(const Q8Matrix& m, const LoadedKernel& k, const char* what) {
 
 }  // namespace
 
-LoadedKernel load_kernel(const CompiledKernel& c) {
-  Library lib(c.cubin, fmt::format("{} (sm_{})", c.variant.name, c.arch.target_sm));
+LoadedKernel load_kernel(const CompiledKernel& c, bool ptx) {
+  if (ptx && c.ptx.empty()) throw KernelError(fmt::format("{}: no PTX in its cache entry {}", c.variant.name, c.cache_stem));
+  Library lib = ptx ? Library(std::vector<char>(c.ptx.begin(), c.ptx.end()),
+                              fmt::format("{} (sm_{} PTX)", c.variant.name, c.arch.target_sm))
+                    : Library(c.cubin, fmt::format("{} (sm_{})", c.variant.name, c.arch.target_sm));
   return {c.variant, lib.kernel(c.variant.kernel, (int)c.variant.threads())};
 }
 
 void launch_rmsnorm_f32(const LoadedKernel& k, const float* x, const float* w, float* out, int64_t rows, float eps,
-                        cudaStream_t stream) {
+                        StreamHandle stream) {
   require_kernel(k, "rmsnorm_f32");
   if (k.variant.param("q") != 0) throw KernelError(fmt::format("{}: quantizes its output (launch_rmsnorm_quant_f32)", k.variant.name));
   require_aligned(x, 16, k, "x");
@@ -50,12 +53,12 @@ void launch_rmsnorm_f32(const LoadedKernel& k, const float* x, const float* w, f
   if (rows <= 0) throw KernelError(fmt::format("{}: {} rows", k.variant.name, rows));
   signed char* none = nullptr;
   float* none_f = nullptr;
-  k.kernel.launch(dim3(grid_for(rows, 1, k)), dim3((unsigned)k.variant.threads()), 0, stream, x, w, out, eps, none,
+  k.kernel.launch(Dim3(grid_for(rows, 1, k)), Dim3((unsigned)k.variant.threads()), 0, stream, x, w, out, eps, none,
                   none_f, none);
 }
 
 void launch_rmsnorm_quant_f32(const LoadedKernel& k, const float* x, const float* w, float* out, int64_t rows,
-                              float eps, int8_t* xq, float* xd, int8_t* xq2, cudaStream_t stream) {
+                              float eps, int8_t* xq, float* xd, int8_t* xq2, StreamHandle stream) {
   require_kernel(k, "rmsnorm_f32");
   const int64_t planes = k.variant.param("q");
   if (planes == 0) throw KernelError(fmt::format("{}: does not quantize its output (launch_rmsnorm_f32)", k.variant.name));
@@ -67,7 +70,7 @@ void launch_rmsnorm_quant_f32(const LoadedKernel& k, const float* x, const float
   if (planes == 2) require_aligned(xq2, 4, k, "xq2");
   if (rows <= 0) throw KernelError(fmt::format("{}: {} rows", k.variant.name, rows));
   signed char* q2 = planes == 2 ? reinterpret_cast<signed char*>(xq2) : nullptr;
-  k.kernel.launch(dim3(grid_for(rows, 1, k)), dim3((unsigned)k.variant.threads()), 0, stream, x, w, out, eps,
+  k.kernel.launch(Dim3(grid_for(rows, 1, k)), Dim3((unsigned)k.variant.threads()), 0, stream, x, w, out, eps,
                   reinterpret_cast<signed char*>(xq), xd, q2);
 }
 
@@ -79,7 +82,7 @@ const signed char* second_plane(const LoadedKernel& k, const int8_t* xq2, size_t
 }
 
 void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, float* xd, int8_t* xq2, int64_t n,
-                         cudaStream_t stream) {
+                         StreamHandle stream) {
   require_kernel(k, "quant_act_q8");
   require_aligned(x, 4, k, "x");
   require_aligned(xq, 1, k, "xq");
@@ -88,19 +91,19 @@ void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, floa
   if (n <= 0 || n % 32 != 0) throw KernelError(fmt::format("{}: {} values is not a positive multiple of 32", k.variant.name, n));
   const long long blocks = n / 32;
   const int64_t warps = k.variant.threads() / 32;
-  k.kernel.launch(dim3(grid_for(blocks, warps, k)), dim3((unsigned)k.variant.threads()), 0, stream, x,
+  k.kernel.launch(Dim3(grid_for(blocks, warps, k)), Dim3((unsigned)k.variant.threads()), 0, stream, x,
                   reinterpret_cast<signed char*>(xq), xd, q2, blocks);
 }
 
 void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
-                      float* y, cudaStream_t stream) {
+                      float* y, StreamHandle stream) {
   float* const ys[4] = {y, nullptr, nullptr, nullptr};
   const int64_t rows[4] = {w.rows, 0, 0, 0};
   launch_gemv_q8_0_split(k, w, xq, xd, xq2, ys, rows, stream);
 }
 
 void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                            const int8_t* xq2, float* const y[4], const int64_t rows[4], cudaStream_t stream) {
+                            const int8_t* xq2, float* const y[4], const int64_t rows[4], StreamHandle stream) {
   require_kernel(k, "gemv_q8_0_dp4a");
   require_q8(w, k, "weights");
   if (w.cols != k.variant.param("k"))
@@ -121,14 +124,14 @@ void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8
   if (total != w.rows)
     throw KernelError(fmt::format("{}: outputs take {} rows of a {}-row matrix", k.variant.name, total, w.rows));
   const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
-  k.kernel.launch(dim3(grid_for(w.rows, rows_per_block, k)), dim3((unsigned)k.variant.threads()), 0, stream,
+  k.kernel.launch(Dim3(grid_for(w.rows, rows_per_block, k)), Dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
                   reinterpret_cast<const signed char*>(xq), xd, q2, outs[0], outs[1], outs[2], outs[3], (int)bounds[0],
                   (int)bounds[1], (int)bounds[2], (int)w.rows);
 }
 
 void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,
-                       float* out, cudaStream_t stream) {
+                       float* out, StreamHandle stream) {
   require_kernel(k, "embed_q8_0");
   require_q8(table, k, "table");
   if (table.cols != k.variant.param("d"))
@@ -136,7 +139,7 @@ void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32
   require_aligned(tokens, 4, k, "tokens");
   require_aligned(out, 16, k, "out");
   if (n_tokens <= 0) throw KernelError(fmt::format("{}: {} tokens", k.variant.name, n_tokens));
-  k.kernel.launch(dim3(grid_for(n_tokens, 1, k)), dim3((unsigned)k.variant.threads()), 0, stream,
+  k.kernel.launch(Dim3(grid_for(n_tokens, 1, k)), Dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(table.qs), reinterpret_cast<const unsigned short*>(table.scales),
                   reinterpret_cast<const int*>(tokens), (int)table.rows, out);
 }

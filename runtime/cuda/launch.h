@@ -19,8 +19,9 @@ struct LoadedKernel {
   Variant variant;
   Kernel kernel;
 };
-// Loads the cubin (cudaLibraryLoadData) and finds the variant's entry point.
-LoadedKernel load_kernel(const CompiledKernel& k);
+// Loads the cubin (or with ptx, the PTX, which the driver JIT-compiles for the GPU) and finds the variant's
+// entry point.
+LoadedKernel load_kernel(const CompiledKernel& k, bool ptx = false);
 
 // The checks every launcher makes, defined once: the loaded variant is of the template the launcher runs;
 // a pointer is non-null and aligned (`who` names the variant or the kernel area in the message); a grid of
@@ -47,29 +48,29 @@ struct Q8Matrix {
 
 // out[r] = rmsnorm(x[r]) * w for `rows` rows of variant.d floats (rmsnorm_f32, q = 0). out may equal x.
 void launch_rmsnorm_f32(const LoadedKernel& k, const float* x, const float* w, float* out, int64_t rows, float eps,
-                        cudaStream_t stream);
+                        StreamHandle stream);
 // The same, and out quantized for the matmuls it feeds into xq/xd (and xq2 for q = 2), bit-identical to
 // launch_quant_act_q8 of out (rmsnorm_f32 with q = 1 or 2).
 void launch_rmsnorm_quant_f32(const LoadedKernel& k, const float* x, const float* w, float* out, int64_t rows,
-                              float eps, int8_t* xq, float* xd, int8_t* xq2, cudaStream_t stream);
+                              float eps, int8_t* xq, float* xd, int8_t* xq2, StreamHandle stream);
 
 // n values (a multiple of 32; rows are contiguous) -> int8 xq[n] + f32 xd[n/32] (quant_act_q8), and the
 // second plane xq2[n] when the variant has p = 2 (xq2 is ignored, and may be null, for p = 1).
 void launch_quant_act_q8(const LoadedKernel& k, const float* x, int8_t* xq, float* xd, int8_t* xq2, int64_t n,
-                         cudaStream_t stream);
+                         StreamHandle stream);
 
 // y[w.rows] = W x for one quantized activation row (gemv_q8_0_dp4a; variant.k must equal w.cols; xq2 as
 // for launch_quant_act_q8).
 void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
-                      float* y, cudaStream_t stream);
+                      float* y, StreamHandle stream);
 // The same over stacked weights whose output rows go to up to four places: rows [0, rows[0]) to y[0],
 // the next rows[1] to y[1], ... (rows sum to w.rows; unused entries 0).
 void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
-                            const int8_t* xq2, float* const y[4], const int64_t rows[4], cudaStream_t stream);
+                            const int8_t* xq2, float* const y[4], const int64_t rows[4], StreamHandle stream);
 
 // out[t] = row tokens[t] of the table as f32 (embed_q8_0; variant.d must equal table.cols). Ids are checked
 // by the caller on the host (the kernel writes NaN rows for bad ids rather than reading out of bounds).
 void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,
-                       float* out, cudaStream_t stream);
+                       float* out, StreamHandle stream);
 
 }  // namespace qrig::cuda

@@ -1,13 +1,12 @@
 // NVRTC compilation of kernel variants and the compiler object with its memory + disk cache (see nvrtc.h).
 #include "runtime/cuda/nvrtc.h"
 
-#include <nvrtc.h>
-
 #include <algorithm>
 #include <regex>
 
 #include <fmt/format.h>
 
+#include "runtime/cuda/driver_api.h"
 #include "runtime/cuda/templates.h"
 
 namespace qrig::cuda {
@@ -16,8 +15,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void check_nvrtc(nvrtcResult r, const char* what) {
-  if (r != NVRTC_SUCCESS) throw KernelError(fmt::format("NVRTC {}: {}", what, nvrtcGetErrorString(r)));
+void check_nvrtc(const NvrtcLib& lib, NvrtcApi::Result r, const char* what) {
+  if (r != 0) throw KernelError(fmt::format("NVRTC {} {}: {}", lib.version(), what, lib.api.GetErrorString(r)));
 }
 
 // FNV-1a 64: a stable hash (the cache must mean the same thing in every process and build).
@@ -55,25 +54,46 @@ uint64_t sources_hash() {
 
 }  // namespace
 
-std::string nvrtc_version() {
-  static const std::string v = [] {
-    int major = 0, minor = 0;
-    check_nvrtc(nvrtcVersion(&major, &minor), "version");
-    return fmt::format("{}.{}", major, minor);
-  }();
-  return v;
+std::string nvrtc_versions() {
+  std::string out;
+  for (const NvrtcLib& l : nvrtc_libraries()) out += fmt::format("{}{} ({})", out.empty() ? "" : ", ", l.version(), l.path);
+  return out.empty() ? "none" : out;
 }
 
-std::vector<int> nvrtc_supported_archs() {
-  static const std::vector<int> archs = [] {
-    int n = 0;
-    check_nvrtc(nvrtcGetNumSupportedArchs(&n), "supported architectures");
-    std::vector<int> a((size_t)n);
-    if (n > 0) check_nvrtc(nvrtcGetSupportedArchs(a.data()), "supported architectures");
-    std::sort(a.begin(), a.end());
-    return a;
-  }();
-  return archs;
+std::vector<std::string> toolchain_report() {
+  std::vector<std::string> out;
+  std::string why;
+  const int v = drv::driver_version();
+  if (drv::driver_status(&why))
+    out.push_back(fmt::format("driver: CUDA {}.{} (libcuda.so.1, driver API)", v / 1000, v % 1000 / 10));
+  else
+    out.push_back("driver: " + why);
+  for (const std::string& line : nvrtc_search_report()) out.push_back("nvrtc: " + line);
+  return out;
+}
+
+ArchKernels arch_kernels(int sm) { return arch_kernels_among(nvrtc_libraries(), sm, drv::driver_major_version()); }
+
+ArchKernels arch_kernels_among(const std::vector<NvrtcLib>& libs, int sm, int driver) {
+  ArchKernels k;
+  try {
+    const ArchChoice a = choose_arch_among(libs, sm, driver);
+    if (a.substituted()) {
+      k.text = a.note;
+      return k;
+    }
+    k.text = fmt::format("sm_{} kernels: NVRTC {} ({})", sm, a.nvrtc, a.lib ? a.lib->path : "?");
+    k.ok = true;
+    if (a.lib && driver > 0 && a.lib->major > driver) {
+      k.ok = false;
+      k.text += fmt::format("; warning: NVRTC {} is newer than the driver (CUDA {}), whose loader may refuse its code: "
+                            "install an NVRTC {}.x or a newer driver",
+                            a.nvrtc, driver, driver);
+    }
+  } catch (const KernelError& e) {
+    k.text = e.what();
+  }
+  return k;
 }
 
 int parse_sm(const std::string& arch) {
@@ -83,66 +103,92 @@ int parse_sm(const std::string& arch) {
   return std::stoi(m[1].str());
 }
 
-ArchChoice choose_arch(int feature_sm) {
-  const std::vector<int> archs = nvrtc_supported_archs();
-  if (archs.empty()) throw KernelError("NVRTC reports no supported architectures");
-  std::string list;
-  for (int a : archs) list += (list.empty() ? "sm_" : ", sm_") + std::to_string(a);
+ArchChoice choose_arch(int feature_sm, const std::string& nvrtc, int target_sm) {
+  const std::vector<NvrtcLib>& libs = nvrtc_libraries();
+  if (nvrtc.empty()) return choose_arch_among(libs, feature_sm, drv::driver_major_version());
+  ArchChoice c;  // what a plan recorded: that NVRTC if it is here, else the cache alone
+  c.feature_sm = feature_sm;
+  c.nvrtc = nvrtc;
+  c.target_sm = target_sm > 0 ? target_sm : feature_sm;
+  for (const NvrtcLib& l : libs)
+    if (l.version() == nvrtc && l.supports(c.target_sm)) c.lib = &l;
+  if (c.substituted())
+    c.note = fmt::format("kernels: the sm_{} feature set was compiled for sm_{} by NVRTC {} (degraded: {})", feature_sm,
+                         c.target_sm, nvrtc, nvrtc_install_hint(feature_sm));
+  return c;
+}
+
+ArchChoice choose_arch_among(const std::vector<NvrtcLib>& libs, int feature_sm, int driver_major) {
   ArchChoice c;
   c.feature_sm = feature_sm;
-  if (std::find(archs.begin(), archs.end(), feature_sm) != archs.end()) {
-    c.target_sm = feature_sm;
-    return c;
-  }
-  if (feature_sm < archs.front()) {
-    c.target_sm = archs.front();
+  std::vector<NvrtcInfo> info;
+  for (const NvrtcLib& l : libs) info.push_back({l.major, l.minor, l.archs});
+  std::string found;
+  for (const NvrtcLib& l : libs) found += fmt::format("{}NVRTC {} ({})", found.empty() ? "" : ", ", l.version(), l.path);
+  if (found.empty()) found = &libs == &nvrtc_libraries() ? "none; " + nvrtc_search_report().back() : "none";
+  const NvrtcPick p = pick_nvrtc(info, feature_sm, driver_major);
+  if (p.lib < 0)
+    throw KernelError(fmt::format("no NVRTC can compile for sm_{} (found: {}): {}", feature_sm, found,
+                                  nvrtc_install_hint(feature_sm)));
+  c.lib = &libs[(size_t)p.lib];
+  c.nvrtc = c.lib->version();
+  c.target_sm = p.target_sm;
+  if (p.degraded)
     c.note = fmt::format(
-        "kernels: NVRTC {} cannot target sm_{}; the sm_{} feature set (no mma, wmma, wgmma, ldmatrix, cp.async, "
-        "redux.sync or bf16 arithmetic) is compiled for sm_{} instead. These cubins do not run on sm_{} GPUs: "
-        "build qrig with CUDA 12 for them",
-        nvrtc_version(), feature_sm, feature_sm, c.target_sm, feature_sm);
-    return c;
-  }
-  throw KernelError(fmt::format("NVRTC {} cannot compile for sm_{} (it supports {})", nvrtc_version(), feature_sm, list));
+        "kernels: no NVRTC found here targets sm_{} (found: {}); the sm_{} feature set (no mma, wmma, wgmma, ldmatrix, "
+        "cp.async, redux.sync or bf16 arithmetic) is compiled for sm_{} by NVRTC {} instead, a degraded mode: these "
+        "cubins do not run on sm_{} GPUs. {}",
+        feature_sm, found, feature_sm, c.target_sm, c.nvrtc, feature_sm, nvrtc_install_hint(feature_sm));
+  return c;
 }
 
 NvrtcOutput nvrtc_compile(const std::string& program_name, const std::string& source,
-                          const std::vector<NvrtcHeader>& headers, const std::vector<std::string>& options) {
+                          const std::vector<NvrtcHeader>& headers, const std::vector<std::string>& options,
+                          const NvrtcLib* lib_in) {
+  const NvrtcLib* lp = lib_in;
+  if (!lp) {
+    if (nvrtc_libraries().empty())
+      throw KernelError(fmt::format("no NVRTC library found to compile {} ({})", program_name, nvrtc_search_report().back()));
+    lp = &nvrtc_libraries().front();
+  }
+  const NvrtcLib& lib = *lp;
+  const NvrtcApi& api = lib.api;
   std::vector<const char*> hsrc, hname, opts;
   for (const auto& h : headers) {
     hsrc.push_back(h.source.c_str());
     hname.push_back(h.name.c_str());
   }
   for (const auto& o : options) opts.push_back(o.c_str());
-  nvrtcProgram prog = nullptr;
-  check_nvrtc(nvrtcCreateProgram(&prog, source.c_str(), program_name.c_str(), (int)headers.size(),
-                                 hsrc.empty() ? nullptr : hsrc.data(), hname.empty() ? nullptr : hname.data()),
+  NvrtcApi::Program prog = nullptr;
+  check_nvrtc(lib, api.CreateProgram(&prog, source.c_str(), program_name.c_str(), (int)headers.size(),
+                                     hsrc.empty() ? nullptr : hsrc.data(), hname.empty() ? nullptr : hname.data()),
               "create program");
   struct Destroy {
-    nvrtcProgram* p;
-    ~Destroy() { nvrtcDestroyProgram(p); }
-  } destroy{&prog};
-  const nvrtcResult r = nvrtcCompileProgram(prog, (int)opts.size(), opts.empty() ? nullptr : opts.data());
+    const NvrtcApi& api;
+    NvrtcApi::Program* p;
+    ~Destroy() { api.DestroyProgram(p); }
+  } destroy{api, &prog};
+  const NvrtcApi::Result r = api.CompileProgram(prog, (int)opts.size(), opts.empty() ? nullptr : opts.data());
   NvrtcOutput out;
   size_t n = 0;
-  check_nvrtc(nvrtcGetProgramLogSize(prog, &n), "log size");
+  check_nvrtc(lib, api.GetProgramLogSize(prog, &n), "log size");
   out.log.resize(n);
-  if (n) check_nvrtc(nvrtcGetProgramLog(prog, out.log.data()), "log");
+  if (n) check_nvrtc(lib, api.GetProgramLog(prog, out.log.data()), "log");
   while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
-  if (r != NVRTC_SUCCESS) {
+  if (r != 0) {
     std::string joined;
     for (const auto& o : options) joined += " " + o;
-    throw KernelError(fmt::format("NVRTC could not compile {} ({}) with options{}:\n{}", program_name,
-                                  nvrtcGetErrorString(r), joined, out.log));
+    throw KernelError(fmt::format("NVRTC {} could not compile {} ({}) with options{}:\n{}", lib.version(), program_name,
+                                  api.GetErrorString(r), joined, out.log));
   }
-  check_nvrtc(nvrtcGetPTXSize(prog, &n), "PTX size");
+  check_nvrtc(lib, api.GetPTXSize(prog, &n), "PTX size");
   out.ptx.resize(n);
-  check_nvrtc(nvrtcGetPTX(prog, out.ptx.data()), "PTX");
+  check_nvrtc(lib, api.GetPTX(prog, out.ptx.data()), "PTX");
   while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
-  check_nvrtc(nvrtcGetCUBINSize(prog, &n), "cubin size");
+  check_nvrtc(lib, api.GetCUBINSize(prog, &n), "cubin size");
   if (n == 0) throw KernelError(fmt::format("NVRTC produced no cubin for {} (is the target a real sm_XX arch?)", program_name));
   out.cubin.resize(n);
-  check_nvrtc(nvrtcGetCUBIN(prog, out.cubin.data()), "cubin");
+  check_nvrtc(lib, api.GetCUBIN(prog, out.cubin.data()), "cubin");
   return out;
 }
 
@@ -178,7 +224,7 @@ KernelCompiler::KernelCompiler(fs::path cache_dir)
 
 std::string KernelCompiler::cache_stem(const Variant& v, const ArchChoice& arch) {
   std::string key = fmt::format("qrig kernel cache v1\nvariant={}\nsources={:016x}\nnvrtc={}\ntarget=sm_{}\nfeature=sm_{}\n",
-                                v.name, sources_hash(), nvrtc_version(), arch.target_sm, arch.feature_sm);
+                                v.name, sources_hash(), arch.nvrtc, arch.target_sm, arch.feature_sm);
   for (const auto& o : variant_options(v, arch)) key += "option=" + o + "\n";
   return fmt::format("{}.sm_{}.{:016x}", v.name, arch.target_sm, fnv1a(key));
 }
@@ -188,8 +234,9 @@ std::vector<std::string> KernelCompiler::notes() const {
   return notes_;
 }
 
-CompiledKernel KernelCompiler::get(const Variant& v, int feature_sm) {
-  const ArchChoice arch = choose_arch(feature_sm);
+CompiledKernel KernelCompiler::get(const Variant& v, int feature_sm) { return get(v, choose_arch(feature_sm)); }
+
+CompiledKernel KernelCompiler::get(const Variant& v, const ArchChoice& arch) {
   const std::string stem = cache_stem(v, arch);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -218,9 +265,14 @@ CompiledKernel KernelCompiler::get(const Variant& v, int feature_sm) {
       throw JitForbidden(fmt::format("kernel {} for sm_{} is not in the cache ({}) and compiling after warm-up is "
                                      "forbidden: precompile the plan's kernels (qrig compile)",
                                      v.name, arch.target_sm, cache_.dir().string()));
+    if (!arch.lib)
+      throw KernelError(fmt::format("kernel {} for sm_{} by NVRTC {} is not in the cache ({}), and that NVRTC is not on "
+                                    "this machine (found: {}): copy the plan's kernel cache along, or recompile the "
+                                    "plan here (qrig compile)",
+                                    v.name, arch.target_sm, arch.nvrtc, cache_.dir().string(), nvrtc_versions()));
     const TemplateFile* src = find_template(v.file);
     if (!src) throw KernelError(fmt::format("kernel {}: template file {} is not embedded in this binary", v.name, v.file));
-    NvrtcOutput out = nvrtc_compile(v.file, src->source, template_headers(), variant_options(v, arch));
+    NvrtcOutput out = nvrtc_compile(v.file, src->source, template_headers(), variant_options(v, arch), arch.lib);
     ++compiles_;
     k.cubin = std::move(out.cubin);
     k.ptx = std::move(out.ptx);

@@ -48,9 +48,27 @@ std::vector<Variant> plan_kernels(const ir::Plan& plan) {
 
 namespace qrig::cuda {
 
+ArchChoice plan_arch(const ir::Plan& plan) {
+  const int feature = parse_sm(plan.arch_target);
+  if (plan.kernel_nvrtc.empty()) return choose_arch(feature);
+  return choose_arch(feature, plan.kernel_nvrtc, parse_sm(plan.kernel_target));
+}
+
+ArchChoice record_plan_arch(ir::Plan& plan) {
+  const ArchChoice a = choose_arch(parse_sm(plan.arch_target));
+  plan.kernel_nvrtc = a.nvrtc;
+  plan.kernel_target = fmt::format("sm_{}", a.target_sm);
+  plan.notes.push_back(a.substituted() ? a.note
+                                       : fmt::format("kernels: {} code ({}) by NVRTC {} ({})", plan.kernel_target,
+                                                     plan.kernel_code == "ptx" ? "PTX, loaded through the driver's JIT"
+                                                                               : "cubins, PTX kept",
+                                                     a.nvrtc, a.lib ? a.lib->path : "not on this machine"));
+  return a;
+}
+
 PrecompileResult precompile_plan_kernels(const ir::Plan& plan, KernelCompiler& compiler, int threads) {
   const std::vector<Variant> variants = plan_kernels(plan);
-  const int sm = parse_sm(plan.arch_target);
+  const ArchChoice arch = plan_arch(plan);
   PrecompileResult r;
   r.variants = (int64_t)variants.size();
   std::atomic<size_t> next{0};
@@ -60,7 +78,7 @@ PrecompileResult precompile_plan_kernels(const ir::Plan& plan, KernelCompiler& c
   auto work = [&] {
     for (size_t i; (i = next++) < variants.size();) {
       try {
-        CompiledKernel k = compiler.get(variants[i], sm);
+        CompiledKernel k = compiler.get(variants[i], arch);
         (k.from_disk ? cached : compiled)++;
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);

@@ -17,11 +17,19 @@ namespace qrig::cuda {
 // that needs kernels names none, or a name is not a valid variant.
 std::vector<Variant> plan_kernels(const ir::Plan& plan);
 
+// The NVRTC and code target of a plan's kernels: what it recorded (kernel_nvrtc, kernel_target; that NVRTC
+// need not be on this machine when the kernels are cached), else the choice here (choose_arch). Throws
+// KernelError when nothing can compile the plan's architecture, naming what to install.
+ArchChoice plan_arch(const ir::Plan& plan);
+// Makes this machine's choice part of the plan: kernel_nvrtc, kernel_target and a note saying which NVRTC
+// builds what (and when it is degraded, what to install). `qrig compile` calls it before writing the plan.
+ArchChoice record_plan_arch(ir::Plan& plan);
+
 struct PrecompileResult {
   int64_t variants = 0, compiled = 0, cached = 0;
   std::vector<std::string> notes;  // arch substitutions
 };
-// Compiles (or finds in the cache) every variant of plan_kernels(plan) for the plan's feature set, on up to
+// Compiles (or finds in the cache) every variant of plan_kernels(plan) for plan_arch(plan), on up to
 // `threads` threads. Throws KernelError listing every variant that failed.
 PrecompileResult precompile_plan_kernels(const ir::Plan& plan, KernelCompiler& compiler, int threads);
 

@@ -23,29 +23,29 @@ unsigned stride_grid(int64_t items, const LoadedKernel& k) {
 
 }  // namespace
 
-void launch_add_f32(const LoadedKernel& k, const float* a, const float* b, float* out, int64_t n, cudaStream_t s) {
+void launch_add_f32(const LoadedKernel& k, const float* a, const float* b, float* out, int64_t n, StreamHandle s) {
   require_kernel(k, "add_f32");
   require_aligned(a, 16, k, "a");
   require_aligned(b, 16, k, "b");
   require_aligned(out, 16, k, "out");
   if (n <= 0 || n % 4) throw KernelError(fmt::format("{}: n = {} is not a positive multiple of 4", k.variant.name, n));
   const long long n4 = n / 4;
-  k.kernel.launch(dim3(stride_grid(n4, k)), dim3((unsigned)k.variant.threads()), 0, s, a, b, out, n4);
+  k.kernel.launch(Dim3(stride_grid(n4, k)), Dim3((unsigned)k.variant.threads()), 0, s, a, b, out, n4);
 }
 
 void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up, float* out, int64_t n,
-                       cudaStream_t s) {
+                       StreamHandle s) {
   require_kernel(k, "swiglu_f32");
   require_aligned(gate, 16, k, "gate");
   require_aligned(up, 16, k, "up");
   require_aligned(out, 16, k, "out");
   if (n <= 0 || n % 4) throw KernelError(fmt::format("{}: n = {} is not a positive multiple of 4", k.variant.name, n));
   const long long n4 = n / 4;
-  k.kernel.launch(dim3(stride_grid(n4, k)), dim3((unsigned)k.variant.threads()), 0, s, gate, up, out, n4);
+  k.kernel.launch(Dim3(stride_grid(n4, k)), Dim3((unsigned)k.variant.threads()), 0, s, gate, up, out, n4);
 }
 
 void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,
-                            float* state, float* out, cudaStream_t s) {
+                            float* state, float* out, StreamHandle s) {
   require_kernel(k, "conv1d_silu_f32");
   require_aligned(x, 4, k, "x");
   require_aligned(w, 4, k, "w");
@@ -54,13 +54,13 @@ void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, in
   require_positive(T, INT_MAX, k, "T");
   require_positive(C, INT_MAX, k, "C");
   if (x == out) throw KernelError(fmt::format("{}: out must not alias x", k.variant.name));
-  k.kernel.launch(dim3(grid_for(C, k.variant.threads(), k)), dim3((unsigned)k.variant.threads()), 0, s, x, (int)T,
+  k.kernel.launch(Dim3(grid_for(C, k.variant.threads(), k)), Dim3((unsigned)k.variant.threads()), 0, s, x, (int)T,
                   (int)C, w, state, out);
 }
 
 void launch_head_rmsnorm_f32(const LoadedKernel& k, const float* x, int64_t row_stride, int64_t head_stride,
                              int64_t head_offset, const float* w, int64_t T, int64_t heads, float eps, float* out,
-                             cudaStream_t s) {
+                             StreamHandle s) {
   require_kernel(k, "head_rmsnorm_f32");
   require_aligned(x, 4, k, "x");
   require_aligned(w, 4, k, "w");
@@ -69,12 +69,12 @@ void launch_head_rmsnorm_f32(const LoadedKernel& k, const float* x, int64_t row_
   require_positive(heads, INT_MAX, k, "heads");
   if (row_stride < 0 || head_stride < 0 || head_offset < 0)
     throw KernelError(fmt::format("{}: negative stride", k.variant.name));
-  k.kernel.launch(dim3(grid_for(T * heads, k.variant.threads() / 32, k)), dim3((unsigned)k.variant.threads()), 0, s, x,
+  k.kernel.launch(Dim3(grid_for(T * heads, k.variant.threads() / 32, k)), Dim3((unsigned)k.variant.threads()), 0, s, x,
                   (long long)row_stride, (long long)head_stride, (long long)head_offset, w, (int)T, (int)heads, eps, out);
 }
 
 void launch_gated_rmsnorm_f32(const LoadedKernel& k, const float* o, const float* z, const float* w, int64_t T,
-                              int64_t heads, float eps, float* out, cudaStream_t s) {
+                              int64_t heads, float eps, float* out, StreamHandle s) {
   require_kernel(k, "gated_rmsnorm_f32");
   require_aligned(o, 4, k, "o");
   require_aligned(z, 4, k, "z");
@@ -83,7 +83,7 @@ void launch_gated_rmsnorm_f32(const LoadedKernel& k, const float* o, const float
   require_positive(T, INT_MAX, k, "T");
   require_positive(heads, INT_MAX, k, "heads");
   const long long rows = (long long)(T * heads);
-  k.kernel.launch(dim3(grid_for(rows, k.variant.threads() / 32, k)), dim3((unsigned)k.variant.threads()), 0, s, o, z,
+  k.kernel.launch(Dim3(grid_for(rows, k.variant.threads() / 32, k)), Dim3((unsigned)k.variant.threads()), 0, s, o, z,
                   w, rows, eps, out);
 }
 
@@ -95,7 +95,7 @@ std::vector<double> rope_inv_freq(int64_t rope_dims, float theta) {
 }
 
 void launch_rope_neox_f32(const LoadedKernel& k, const float* in, float* out, const int32_t* pos, int64_t T,
-                          int64_t heads, const double* inv_freq, cudaStream_t s) {
+                          int64_t heads, const double* inv_freq, StreamHandle s) {
   require_kernel(k, "rope_neox_f32");
   require_aligned(in, 4, k, "in");
   require_aligned(out, 4, k, "out");
@@ -103,12 +103,12 @@ void launch_rope_neox_f32(const LoadedKernel& k, const float* in, float* out, co
   require_aligned(inv_freq, 8, k, "inv_freq");
   require_positive(T, INT_MAX, k, "T");
   require_positive(heads, 65536, k, "heads");
-  k.kernel.launch(dim3(grid_for(T, 1, k)), dim3((unsigned)k.variant.threads()), 0, s, in, out,
+  k.kernel.launch(Dim3(grid_for(T, 1, k)), Dim3((unsigned)k.variant.threads()), 0, s, in, out,
                   reinterpret_cast<const int*>(pos), (int)heads, inv_freq);
 }
 
 void launch_kv_write_f16(const LoadedKernel& k, const float* kin, const float* vin, uint16_t* kcache,
-                         uint16_t* vcache, int64_t pos0, int64_t T, int64_t W, cudaStream_t s) {
+                         uint16_t* vcache, int64_t pos0, int64_t T, int64_t W, StreamHandle s) {
   require_kernel(k, "kv_write_f16");
   require_aligned(kin, 8, k, "k");
   require_aligned(vin, 8, k, "v");
@@ -118,20 +118,20 @@ void launch_kv_write_f16(const LoadedKernel& k, const float* kin, const float* v
   if (W <= 0 || W % 2 || W > INT_MAX || pos0 < 0)
     throw KernelError(fmt::format("{}: W = {} (must be even), pos0 = {}", k.variant.name, W, pos0));
   const long long n2 = (long long)(T * W / 2);
-  k.kernel.launch(dim3(stride_grid(n2, k)), dim3((unsigned)k.variant.threads()), 0, s, kin, vin,
+  k.kernel.launch(Dim3(stride_grid(n2, k)), Dim3((unsigned)k.variant.threads()), 0, s, kin, vin,
                   reinterpret_cast<unsigned short*>(kcache), reinterpret_cast<unsigned short*>(vcache), (long long)pos0,
                   n2, (int)W);
 }
 
 void launch_argmax_f32(const LoadedKernel& k, const float* logits, int64_t rows, int64_t row_stride, int64_t n_valid,
-                       int32_t* out, cudaStream_t s) {
+                       int32_t* out, StreamHandle s) {
   require_kernel(k, "argmax_f32");
   require_aligned(logits, 4, k, "logits");
   require_aligned(out, 4, k, "out");
   require_positive(rows, INT_MAX, k, "rows");
   require_positive(n_valid, INT_MAX, k, "n_valid");
   if (row_stride < n_valid) throw KernelError(fmt::format("{}: row stride {} < {}", k.variant.name, row_stride, n_valid));
-  k.kernel.launch(dim3(grid_for(rows, 1, k)), dim3((unsigned)k.variant.threads()), 0, s, logits, (long long)row_stride,
+  k.kernel.launch(Dim3(grid_for(rows, 1, k)), Dim3((unsigned)k.variant.threads()), 0, s, logits, (long long)row_stride,
                   (int)n_valid, reinterpret_cast<int*>(out));
 }
 

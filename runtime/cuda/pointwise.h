@@ -11,30 +11,30 @@
 namespace qrig::cuda {
 
 // out = a + b over n values (n % 4 == 0, 16-byte aligned; out may equal a or b).
-void launch_add_f32(const LoadedKernel& k, const float* a, const float* b, float* out, int64_t n, cudaStream_t s);
+void launch_add_f32(const LoadedKernel& k, const float* a, const float* b, float* out, int64_t n, StreamHandle s);
 // out = silu(gate) * up over n values (n % 4 == 0, 16-byte aligned; out may equal gate or up).
 void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up, float* out, int64_t n,
-                       cudaStream_t s);
+                       StreamHandle s);
 // cpu::conv1d_causal_silu: x/out [T][C], w [C][K], state [K-1][C] (variant.k == K).
 void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,
-                            float* state, float* out, cudaStream_t s);
+                            float* state, float* out, StreamHandle s);
 // cpu::head_rmsnorm (variant.d == head dim).
 void launch_head_rmsnorm_f32(const LoadedKernel& k, const float* x, int64_t row_stride, int64_t head_stride,
                              int64_t head_offset, const float* w, int64_t T, int64_t heads, float eps, float* out,
-                             cudaStream_t s);
+                             StreamHandle s);
 // cpu::gated_rmsnorm over T*heads rows of variant.d values.
 void launch_gated_rmsnorm_f32(const LoadedKernel& k, const float* o, const float* z, const float* w, int64_t T,
-                              int64_t heads, float eps, float* out, cudaStream_t s);
+                              int64_t heads, float eps, float* out, StreamHandle s);
 // out = cpu::rope_neox applied to a copy of in (out may equal in); pos [T] int32 on the device; inv_freq
 // [rope_dims/2] doubles on the device (rope_inv_freq below).
 void launch_rope_neox_f32(const LoadedKernel& k, const float* in, float* out, const int32_t* pos, int64_t T,
-                          int64_t heads, const double* inv_freq, cudaStream_t s);
+                          int64_t heads, const double* inv_freq, StreamHandle s);
 std::vector<double> rope_inv_freq(int64_t rope_dims, float theta);  // theta^(-2i/rope_dims), i < rope_dims/2
 // kcache/vcache rows pos0..pos0+T-1 (of W fp16 values) = k/v [T][W] rounded to fp16. W even.
 void launch_kv_write_f16(const LoadedKernel& k, const float* kin, const float* vin, uint16_t* kcache,
-                         uint16_t* vcache, int64_t pos0, int64_t T, int64_t W, cudaStream_t s);
+                         uint16_t* vcache, int64_t pos0, int64_t T, int64_t W, StreamHandle s);
 // out[r] = argmax of logits[r*row_stride .. + n_valid) for `rows` rows.
 void launch_argmax_f32(const LoadedKernel& k, const float* logits, int64_t rows, int64_t row_stride, int64_t n_valid,
-                       int32_t* out, cudaStream_t s);
+                       int32_t* out, StreamHandle s);
 
 }  // namespace qrig::cuda

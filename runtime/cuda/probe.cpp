@@ -77,7 +77,7 @@ UnitRun run_unit(Unit u, const Kernel& k, int iters, int blocks, const Stream& s
   Timer timer(s);
   void* o = out.data();
   unsigned long long* t = stamps.data();
-  const dim3 grid((unsigned)blocks), block(kProbeThreads);
+  const Dim3 grid((unsigned)blocks), block(kProbeThreads);
   UnitRun r;
   r.ms = timer.ms([&] {
     switch (u) {
@@ -134,9 +134,9 @@ void measure_units(DeviceProbe& d, const ProbeOptions& opt, std::map<int, std::s
   try {
     const ArchChoice arch = choose_arch(d.sm);
     if (arch.substituted()) {
-      d.notes.push_back(fmt::format("unit rates not measured: NVRTC {} cannot emit sm_{} code (a CUDA 12 build of "
-                                    "qrig can); tensor cores are not judged healthy",
-                                    nvrtc_version(), d.sm));
+      d.notes.push_back(fmt::format("unit rates not measured: no NVRTC here emits sm_{} code (found: {}); tensor "
+                                    "cores are not judged healthy. {}",
+                                    d.sm, nvrtc_versions(), nvrtc_install_hint(d.sm)));
       return;
     }
     auto it = cache.find(d.sm);
@@ -204,15 +204,16 @@ void measure_host_link(DeviceProbe& d, const ProbeOptions& opt) {
   Stream s(d.index);
   Timer timer(s);
   for (const bool h2d : {true, false}) {
-    const cudaMemcpyKind kind = h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     void* dst = h2d ? (void*)dev.data() : host.data();
     const void* src = h2d ? (const void*)host.data() : (const void*)dev.data();
     auto batch_of = [&](size_t bytes) {
       return [&, bytes](int n) {
         return timer.ms([&] {
           for (int i = 0; i < n; ++i)
-            check(cudaMemcpyAsync(dst, src, bytes, kind, s.get()),
-                  fmt::format("probe {} copy ({} bytes)", h2d ? "host-to-device" : "device-to-host", bytes));
+            if (h2d)
+              copy_to_device_async(dst, src, bytes, s.get(), "probe host-to-device copy");
+            else
+              copy_to_host_async(dst, src, bytes, s.get(), "probe device-to-host copy");
         });
       };
     };
@@ -232,9 +233,10 @@ DeviceProbe probe_one(int device, const ProbeOptions& opt, std::map<int, std::sh
   d.sm = info.sm;
   d.sms = info.sms;
   d.total_bytes = info.total_bytes;
-  d.sm_clock_mhz = device_attribute(device, cudaDevAttrClockRate, "SM clock") / 1000.0;
-  d.mem_clock_mhz = device_attribute(device, cudaDevAttrMemoryClockRate, "memory clock") / 1000.0;
-  d.mem_bus_bits = device_attribute(device, cudaDevAttrGlobalMemoryBusWidth, "memory bus width");
+  d.sm_clock_mhz = device_attribute(device, drv::kClockRate, "SM clock") / 1000.0;
+  d.mem_clock_mhz = device_attribute(device, drv::kMemoryClockRate, "memory clock") / 1000.0;
+  d.mem_bus_bits = device_attribute(device, drv::kGlobalMemoryBusWidth, "memory bus width");
+  d.kernels = arch_kernels(d.sm);
   for (Unit u : kUnits) d.unit(u).unit = u;
   measure_units(d, opt, cache);
   try {
@@ -263,7 +265,7 @@ double peer_copy_gbps(int src, int dst, const ProbeOptions& opt) {
       if (on) disable_peer_access(a, b);
     }
   } off{enabled, src, dst};
-  DeviceGuard guard(src);  // before the fill: cudaMemset wants the buffer's device current
+  DeviceGuard guard(src);  // before the fill: the fill runs in the buffer's device's context
   const size_t bytes = 64 * kMiB;
   DeviceBuffer<char> from(src, bytes, "probe peer source"), to(dst, bytes, "probe peer destination");
   from.fill_bytes(3);
@@ -290,7 +292,7 @@ ProbeBuild compile_probe_units(int feature_sm) {
       fmt::format("-DQRIG_SM={}", b.arch.feature_sm),
       fmt::format("-DQRIG_THREADS={}", kProbeThreads),
   };
-  b.out = nvrtc_compile("probe_units.cu", f->source, {}, options);
+  b.out = nvrtc_compile("probe_units.cu", f->source, {}, options, b.arch.lib);
   return b;
 }
 
@@ -330,6 +332,7 @@ ProbeResult probe_rig(const ProbeOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   init_devices();
   ProbeResult r;
+  r.toolchain = toolchain_report();
   std::map<int, std::shared_ptr<UnitKernels>> cache;
   for (int i = 0; i < n; ++i) r.devices.push_back(probe_one(i, opt, cache));
   if (opt.links)

@@ -89,6 +89,7 @@ struct DeviceProbe {
   double copy_gbps = 0;               // device-to-device copy, bytes read + written per second
   double h2d_gbps = 0, d2h_gbps = 0;  // pinned host memory <-> device
   bool tensor_cores_throttled = true; // HMMA or IMMA not proven healthy (see apply_verdicts)
+  ArchKernels kernels;                // which NVRTC builds this GPU's kernels (arch_kernels)
   std::vector<std::string> notes;     // why something was not measured, derived facts
   std::vector<std::string> errors;    // measurements that failed
 
@@ -99,13 +100,14 @@ struct DeviceProbe {
 // An unordered pair of devices a < b.
 struct PeerProbe {
   int a = 0, b = 0;
-  bool a_to_b = false, b_to_a = false;  // cudaDeviceCanAccessPeer each way
+  bool a_to_b = false, b_to_a = false;  // cuDeviceCanAccessPeer each way
   double a_to_b_gbps = 0, b_to_a_gbps = 0;  // peer copy bandwidth with access on (0 when not possible)
   std::vector<std::string> errors;
   bool p2p() const { return a_to_b && b_to_a; }
 };
 
 struct ProbeResult {
+  std::vector<std::string> toolchain;  // toolchain_report(): the driver and the NVRTC libraries
   std::vector<DeviceProbe> devices;
   std::vector<PeerProbe> peers;
   double seconds = 0;

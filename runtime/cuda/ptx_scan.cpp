@@ -2,7 +2,9 @@
 #include "runtime/cuda/ptx_scan.h"
 
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 namespace qrig::cuda {
 
@@ -134,6 +136,31 @@ std::vector<PtxEntry> ptx_entries(std::string_view ptx) {
     if (!line.empty() && line.front() == '{') in_header = false;
   }
   return entries;
+}
+
+std::string ptx_target(std::string_view ptx) {
+  size_t at = 0;
+  while ((at = ptx.find(".target", at)) != std::string_view::npos) {
+    const bool line_start = at == 0 || ptx[at - 1] == '\n';
+    at += 7;
+    if (!line_start || at >= ptx.size() || (ptx[at] != ' ' && ptx[at] != '\t')) continue;
+    while (at < ptx.size() && (ptx[at] == ' ' || ptx[at] == '\t')) ++at;
+    size_t end = at;
+    while (end < ptx.size() && (std::isalnum((unsigned char)ptx[end]) || ptx[end] == '_')) ++end;
+    return std::string(ptx.substr(at, end - at));
+  }
+  return {};
+}
+
+int cubin_sm(const std::vector<char>& cubin) {
+  if (cubin.size() < 64 || std::memcmp(cubin.data(), "\x7f" "ELF", 4) != 0 || cubin[4] != 2 /* 64-bit */) return -1;
+  auto u8 = [&](size_t i) { return (unsigned)(unsigned char)cubin[i]; };
+  const unsigned machine = u8(18) | u8(19) << 8;
+  if (machine != 190) return -1;  // EM_CUDA
+  const uint32_t flags = u8(48) | u8(49) << 8 | u8(50) << 16 | (uint32_t)u8(51) << 24;
+  const unsigned abi_version = u8(8);
+  if (abi_version <= 7) return (int)(flags & 0xff);
+  return (int)((flags >> 8) & 0xff);
 }
 
 }  // namespace qrig::cuda

@@ -89,7 +89,7 @@ int64_t TopKSelector::device_bytes() const {
   return (int64_t)(chunk_top_.bytes() + chunk_stats_.bytes() + row_out_.bytes() + inputs_.bytes());
 }
 
-void TopKSelector::enqueue(const float* logits, const std::vector<TopKRow>& rows, cudaStream_t stream) {
+void TopKSelector::enqueue(const float* logits, const std::vector<TopKRow>& rows, StreamHandle stream) {
   if (pending_rows_ > 0) throw KernelError("top-k selection: the previous selection was not collected");
   const int64_t R = (int64_t)rows.size();
   if (R <= 0 || R > max_rows_) throw KernelError(fmt::format("top-k selection: {} rows (1..{})", R, max_rows_));
@@ -147,10 +147,10 @@ void TopKSelector::enqueue(const float* logits, const std::vector<TopKRow>& rows
   unsigned long long* d_top = chunk_top_.data();
   void* d_stats = chunk_stats_.data();
   void* d_out = row_out_.data();
-  chunk_kernel_.kernel.launch(dim3((unsigned)n_chunks_, (unsigned)R), dim3((unsigned)chunk_kernel_.variant.threads()), 0,
+  chunk_kernel_.kernel.launch(Dim3((unsigned)n_chunks_, (unsigned)R), Dim3((unsigned)chunk_kernel_.variant.threads()), 0,
                               stream, logits, (long long)vocab_rows_, (int)vocab_real_, (int)n_chunks_, (int)K, d_pen,
                               d_range, d_adj, d_top, d_stats);
-  merge_kernel_.kernel.launch(dim3((unsigned)R), dim3((unsigned)merge_kernel_.variant.threads()), 0, stream,
+  merge_kernel_.kernel.launch(Dim3((unsigned)R), Dim3((unsigned)merge_kernel_.variant.threads()), 0, stream,
                               (int)n_chunks_, static_cast<const unsigned long long*>(d_top),
                               static_cast<const void*>(d_stats), d_out);
   copy_to_host_async(staging_out_.data(), d_out, (size_t)R * sizeof(RowOut), stream, "top-k row results");
@@ -159,11 +159,11 @@ void TopKSelector::enqueue(const float* logits, const std::vector<TopKRow>& rows
   for (const TopKRow& row : rows) pending_k_.push_back(row.k);
 }
 
-std::vector<runtime::TopCandidates> TopKSelector::collect(cudaStream_t stream) {
+std::vector<runtime::TopCandidates> TopKSelector::collect(StreamHandle stream) {
   if (pending_rows_ <= 0) throw KernelError("top-k selection: nothing to collect");
   const int64_t R = pending_rows_;
   pending_rows_ = 0;
-  check(cudaStreamSynchronize(stream), "top-k selection");
+  check(drv::driver().cuStreamSynchronize(stream), "top-k selection");
   const auto* out = static_cast<const RowOut*>(staging_out_.data());
   std::vector<runtime::TopCandidates> result((size_t)R);
   for (int64_t r = 0; r < R; ++r) {

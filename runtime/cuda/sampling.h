@@ -58,10 +58,10 @@ class TopKSelector {
   // `stream`: the upload of the rows' parameters, both kernels and the download of the results. Throws
   // KernelError on bad arguments (row count, k, unsorted or out-of-range adjustments, a row that does not fit)
   // and when the previous enqueue() was not collected.
-  void enqueue(const float* logits, const std::vector<TopKRow>& rows, cudaStream_t stream);
+  void enqueue(const float* logits, const std::vector<TopKRow>& rows, StreamHandle stream);
   // Synchronises `stream` (the one given to enqueue) and returns per row its min(k, n_cand) best candidates
   // and statistics.
-  std::vector<runtime::TopCandidates> collect(cudaStream_t stream);
+  std::vector<runtime::TopCandidates> collect(StreamHandle stream);
   bool pending() const { return pending_rows_ > 0; }
 
   // Tests: fill every device and host output buffer with 0xFF bytes (synchronous), so that anything the

@@ -188,3 +188,53 @@ TEST_CASE("passes decide per rig", "[compiler]") {
   CHECK_THROWS_WITH(compiler::Rig::parse("[rig]\nname=\"x\"\n", "bad"), Catch::Contains("at least one"));
   CHECK_THROWS_WITH(compiler::Rig::parse("[[device]\n", "bad"), Catch::Contains("bad"));
 }
+
+TEST_CASE("CUDA plans record how their kernels are compiled and loaded; bad values are refused", "[compiler]") {
+  gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
+  const auto rig = compiler::Rig::load(kRigs + "cmp-100-210-x4.toml");
+  compiler::CompileOptions one;
+  one.max_gpus = 1;
+  auto plan = compiler::compile(f, rig, one);
+  CHECK(plan.kernel_code == "cubin");
+  CHECK(plan.kernel_nvrtc.empty());  // chosen where the plan is precompiled or runs (qrig compile records it)
+  one.ptx_jit = true;
+  auto ptx = compiler::compile(f, rig, one);
+  CHECK(ptx.kernel_code == "ptx");
+  bool noted = false;
+  for (const auto& n : ptx.notes) noted |= n.find("sm_70 PTX through the driver's JIT") != std::string::npos;
+  CHECK(noted);
+  compiler::CompileOptions cpu_ptx;
+  cpu_ptx.ptx_jit = true;
+  CHECK_THROWS_WITH(compiler::compile(f, compiler::Rig::default_cpu(), cpu_ptx), Catch::Contains("--ptx"));
+
+  // Round trip with the fields a precompiling `qrig compile` writes.
+  ptx.kernel_nvrtc = "11.8";
+  ptx.kernel_target = "sm_70";
+  auto dir = std::filesystem::temp_directory_path() / "qrig-test-cuda-plan";
+  std::filesystem::remove_all(dir);
+  ptx.write(dir.string());
+  ir::Plan back = ir::Plan::read(dir.string());
+  CHECK(back.to_toml() == ptx.to_toml());
+  CHECK(back.kernel_nvrtc == "11.8");
+  CHECK(back.kernel_target == "sm_70");
+  CHECK(back.kernel_code == "ptx");
+
+  // A hand-edited plan.toml with a bad value names the field.
+  const std::string good = ptx.to_toml();
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    t.replace(at, from.size(), to);
+    std::ofstream(dir / "plan.toml") << t;
+  };
+  with("kernel_nvrtc = '11.8'", "kernel_nvrtc = 'eleven'");
+  CHECK_THROWS_WITH(ir::Plan::read(dir.string()), Catch::Contains("kernel_nvrtc 'eleven'"));
+  with("kernel_target = 'sm_70'", "kernel_target = 'compute_70'");
+  CHECK_THROWS_WITH(ir::Plan::read(dir.string()), Catch::Contains("kernel_target 'compute_70'"));
+  with("kernel_target = 'sm_70'\n", "");
+  CHECK_THROWS_WITH(ir::Plan::read(dir.string()), Catch::Contains("go together"));
+  with("kernel_code = 'ptx'", "kernel_code = 'elf'");
+  CHECK_THROWS_WITH(ir::Plan::read(dir.string()), Catch::Contains("kernel_code"));
+  std::filesystem::remove_all(dir);
+}

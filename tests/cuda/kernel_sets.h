@@ -46,7 +46,7 @@ class PlanMatmul {
   PlanMatmul(const KernelLoader& load, int64_t k, int64_t n, int64_t max_t, int sms, int64_t planes, int64_t min_t = 1)
       : k_(k), n_(n), planes_(planes), mm_(matmul_kernels(load, k, n, max_t, sms, planes, min_t)) {}
   void run(const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2, int64_t T, float* y,
-           cudaStream_t stream) const {
+           StreamHandle stream) const {
     if (w.cols != k_ || w.rows != n_)
       throw KernelError(fmt::format("matmul [{}] -> [{}] given weights [{}][{}]", k_, n_, w.rows, w.cols));
     mm_.run(w, xq, xd, xq2, T, y, stream);

@@ -110,7 +110,7 @@ TEST_CASE("attention workspace bound and run() argument checks (no GPU: they thr
   alignas(256) static uint16_t cache[64];
   float* p = buf;
   const uint16_t* c = cache;
-  cudaStream_t s = nullptr;
+  StreamHandle s = nullptr;
   auto run = [&](const float* q, const uint16_t* kc, int64_t T, int64_t pos0, const float* gate, float* out,
                  void* ws) { k.run(q, kc, kc, T, pos0, 0.0625f, gate, 2 * 16 * 256, 2 * 256, out, ws, s); };
   CHECK_NOTHROW(run(p, c, 0, 0, p + 16, p + 32, nullptr));      // no tokens: nothing to do

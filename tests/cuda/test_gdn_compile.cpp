@@ -84,7 +84,7 @@ TEST_CASE("gdn workspace size and run() argument checks (no GPU: they throw befo
 
   alignas(256) static float buf[64];
   float* p = buf;
-  cudaStream_t s = nullptr;
+  StreamHandle s = nullptr;
   CHECK_NOTHROW(k.run(p, p, p, p, p, 0, p, p, nullptr, s));  // no tokens: nothing to do
   CHECK_THROWS_AS(k.run(p, p, p, p, p, -1, p, p, nullptr, s), KernelError);
   CHECK_THROWS_AS(k.run(nullptr, p, p, p, p, 1, p, p, nullptr, s), KernelError);

@@ -1,7 +1,8 @@
 // The cubin cache and the kernel compiler, without a GPU: entries written atomically (concurrent readers
 // never see a partial file, failures leave nothing behind), a second request served without compiling (from
 // memory, then from disk in a new process-like object), cache entries distinct per arch and feature set, the
-// no-JIT switch, the sm_70 -> sm_75 substitution under NVRTC 13, and NVRTC errors reported with the log.
+// no-JIT switch, the choice of NVRTC per architecture (sm_70: 11.8 or 12.x; the degraded sm_70 -> sm_75 mode
+// when only NVRTC 13 is there), a plan's recorded NVRTC served from the cache, and NVRTC errors with the log.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -106,28 +107,106 @@ TEST_CASE("kernel cache: default directory follows XDG_CACHE_HOME, then HOME", "
   if (xdg) setenv("XDG_CACHE_HOME", saved.c_str(), 1);
 }
 
-TEST_CASE("architecture choice: sm_70 compiles as sm_75 where NVRTC cannot target it, and says so", "[cuda]") {
-  const std::vector<int> archs = nvrtc_supported_archs();
-  REQUIRE(!archs.empty());
+TEST_CASE("NVRTC choice: per architecture the newest that targets it, not newer than the driver", "[cuda]") {
+  auto range = [](int lo, int hi) {
+    std::vector<int> v;
+    for (int sm : {35, 50, 52, 60, 61, 70, 72, 75, 80, 86, 87, 89, 90, 100, 120, 121})
+      if (sm >= lo && sm <= hi) v.push_back(sm);
+    return v;
+  };
+  const std::vector<NvrtcInfo> all = {{13, 0, range(75, 121)}, {12, 4, range(50, 90)}, {11, 8, range(35, 90)}};
+  auto pick = [&](const std::vector<NvrtcInfo>& libs, int sm, int driver) { return pick_nvrtc(libs, sm, driver); };
+  CHECK(pick(all, 70, 0).lib == 1);  // 12.4: NVRTC 13 cannot
+  CHECK(pick(all, 70, 0).target_sm == 70);
+  CHECK(!pick(all, 70, 0).degraded);
+  CHECK(pick(all, 90, 0).lib == 0);   // no driver (CI): the newest
+  CHECK(pick(all, 90, 13).lib == 0);
+  CHECK(pick(all, 90, 12).lib == 1);  // a CUDA 12 driver: the newest NVRTC 12
+  CHECK(pick(all, 120, 12).lib == 0); // only 13 targets it: newer than the driver, still the only one
+  const std::vector<NvrtcInfo> old_only = {{11, 8, range(35, 90)}};
+  CHECK(pick(old_only, 70, 13).lib == 0);
+  CHECK(pick(old_only, 120, 13).lib == -1);  // nothing targets it or anything newer
+  const std::vector<NvrtcInfo> only13 = {{13, 0, range(75, 121)}};
+  const NvrtcPick d = pick(only13, 70, 0);
+  CHECK(d.lib == 0);
+  CHECK(d.degraded);
+  CHECK(d.target_sm == 75);
+  CHECK(pick({}, 90, 0).lib == -1);
+}
+
+TEST_CASE("architecture choice on this machine: real code for every architecture; degraded and missing NVRTC said clearly",
+          "[cuda]") {
+  const std::vector<NvrtcLib>& libs = nvrtc_libraries();
+  REQUIRE(!libs.empty());
   const ArchChoice h = choose_arch(90);
   CHECK(h.target_sm == 90);
   CHECK(!h.substituted());
   CHECK(h.note.empty());
+  CHECK(h.nvrtc == libs.front().version());
   const ArchChoice c = choose_arch(parse_sm("sm_70"));
   CHECK(c.feature_sm == 70);
-  if (std::find(archs.begin(), archs.end(), 70) != archs.end()) {  // CUDA 12
+  bool sm70 = false;
+  for (const NvrtcLib& l : libs) sm70 |= l.supports(70);
+  if (sm70) {  // CI: NVRTC 11.8 from Debian non-free
     CHECK(c.target_sm == 70);
     CHECK(c.note.empty());
-  } else {  // CUDA 13
-    CHECK(c.target_sm == archs.front());
-    CHECK(c.target_sm == 75);
-    CHECK_THAT(c.note, Catch::Contains("cannot target sm_70") && Catch::Contains("for sm_75") &&
-                           Catch::Contains(nvrtc_version()));
+    REQUIRE(c.lib);
+    CHECK(c.lib->supports(70));
   }
-  CHECK_THROWS_WITH(choose_arch(999), Catch::Contains("cannot compile for sm_999"));
+  // Only NVRTC 13 (or any NVRTC without sm_70): the degraded mode, saying what to install.
+  std::vector<NvrtcLib> no70;
+  for (const NvrtcLib& l : libs)
+    if (!l.supports(70)) no70.push_back(l);
+  if (!no70.empty()) {
+    const ArchChoice g = choose_arch_among(no70, 70, 0);
+    CHECK(g.substituted());
+    CHECK(g.target_sm == 75);
+    CHECK_THAT(g.note, Catch::Contains("no NVRTC found here targets sm_70") && Catch::Contains("degraded") &&
+                           Catch::Contains("do not run on sm_70") && Catch::Contains("libnvrtc11.2 libnvrtc-builtins11.8") &&
+                           Catch::Contains("non-free"));
+    // What `qrig probe` prints for an sm_70 GPU here, before compiling anything.
+    const ArchKernels line = arch_kernels_among(no70, 70, 0);
+    CHECK(!line.ok);
+    CHECK_THAT(line.text, Catch::Contains("no NVRTC found here targets sm_70") && Catch::Contains("libnvrtc11.2"));
+    // An NVRTC newer than the driver: its code may not load there; said so.
+    const ArchKernels newer = arch_kernels_among(no70, 90, no70.front().major - 1);
+    CHECK(!newer.ok);
+    CHECK_THAT(newer.text, Catch::Contains("newer than the driver"));
+  }
+  CHECK_THROWS_WITH(choose_arch_among({}, 70, 0), Catch::Contains("no NVRTC can compile for sm_70") &&
+                                                      Catch::Contains("libnvrtc11.2"));
+  CHECK_THROWS_WITH(choose_arch(999), Catch::Contains("no NVRTC can compile for sm_999"));
+  CHECK(arch_kernels(90).ok);
+  CHECK_THAT(arch_kernels(90).text, Catch::Contains("sm_90 kernels: NVRTC " + libs.front().version()));
+  CHECK(!arch_kernels(999).ok);
   CHECK_THROWS_AS(parse_sm("compute_90"), KernelError);
   CHECK_THROWS_AS(parse_sm("sm_9"), KernelError);
   CHECK(parse_sm("sm_120") == 120);
+}
+
+TEST_CASE("kernel compiler: a plan's recorded NVRTC that is not here serves cached kernels, and says what to do else",
+          "[cuda]") {
+  test::ScratchDir d("recorded");
+  const Variant v = quant_act_q8_variant(1);
+  const ArchChoice here = choose_arch(80);
+  {
+    KernelCompiler warm(d.path);
+    warm.get(v, here);
+  }
+  ArchChoice gone = here;  // the same NVRTC version and target, its library absent (another machine)
+  gone.lib = nullptr;
+  KernelCompiler c(d.path);
+  const CompiledKernel k = c.get(v, gone);
+  CHECK(k.from_disk);
+  CHECK(c.compiles() == 0);
+  CHECK_THROWS_WITH(c.get(embed_q8_0_variant(256), gone),
+                    Catch::Contains("embed_q8_0_d256_t32") && Catch::Contains("not on this machine") &&
+                        Catch::Contains("copy the plan's kernel cache"));
+  // choose_arch with a recorded version that is not here: no library, no exception (the cache decides).
+  const ArchChoice r = choose_arch(80, "9.9", 80);
+  CHECK(r.lib == nullptr);
+  CHECK(r.nvrtc == "9.9");
+  CHECK(r.target_sm == 80);
 }
 
 TEST_CASE("kernel compiler: a second request does not compile; a new compiler reads the disk cache", "[cuda]") {
@@ -154,7 +233,7 @@ TEST_CASE("kernel compiler: a second request does not compile; a new compiler re
   CHECK(k2.ptx == k1.ptx);
   CHECK(k2.log == k1.log);
 
-  // Other archs and feature sets are other entries (sm_70 and sm_75 both emit sm_75 code under NVRTC 13,
+  // Other archs and feature sets are other entries (in the degraded mode sm_70 and sm_75 both emit sm_75 code,
   // but the kernels see a different QRIG_SM).
   c2.get(v, 75);
   c2.get(v, 70);

@@ -267,6 +267,7 @@ TEST_CASE("templates/probe_units.cu compiles with NVRTC for each tensor-core gen
     const ProbeBuild b = compile_probe_units(sm);
     CHECK(b.arch.feature_sm == sm);
     CHECK(b.arch.target_sm == choose_arch(sm).target_sm);
+    CHECK(cubin_sm(b.out.cubin) == b.arch.target_sm);
     INFO(b.out.log);
     std::set<std::string> expected, tensor_opcodes;
     for (Unit u : kUnits)
@@ -287,8 +288,8 @@ TEST_CASE("templates/probe_units.cu compiles with NVRTC for each tensor-core gen
     CHECK(r.registers <= 65536 / (kProbeThreads * kProbeBlocksPerSm));  // 4 blocks of 256 per SM
     CHECK(r.spill_store_bytes == 0);
     CHECK(r.spill_load_bytes == 0);
-    // The only instructions newer than plain sm_70 material are the benchmarked mma shapes (for QRIG_SM=70,
-    // compiled for sm_75 by NVRTC 13: only Volta's m8n8k4, no int8 mma).
+    // The only instructions newer than plain sm_70 material are the benchmarked mma shapes (for QRIG_SM=70:
+    // only Volta's m8n8k4, no int8 mma).
     std::set<std::string> found;
     for (const PtxFinding& f : scan_ptx_newer_than_sm70(b.out.ptx)) {
       INFO("line " << f.line << ": " << f.instruction);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <fmt/format.h>
 
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/ptx_scan.h"
@@ -135,4 +136,24 @@ extern "C" __global__ void __launch_bounds__(128) offender(const float* x, unsig
   REQUIRE(e.size() == 1);
   CHECK(e[0].name == "offender");
   CHECK(e[0].maxntid == 128);
+}
+
+TEST_CASE("PTX target and cubin architecture: read from what every NVRTC found here emits", "[cuda]") {
+  CHECK(ptx_target("//\n.version 7.8\n.target sm_70\n.address_size 64\n") == "sm_70");
+  CHECK(ptx_target("// .target sm_90 in a comment\n.version 8.0\n") == "");
+  CHECK(ptx_target("") == "");
+  CHECK(cubin_sm({}) == -1);
+  CHECK(cubin_sm(std::vector<char>(100, 'x')) == -1);
+  const std::string src = "extern \"C\" __global__ void __launch_bounds__(32) k(float* x) { x[threadIdx.x] += 1.f; }\n";
+  int checked = 0;
+  for (const NvrtcLib& lib : nvrtc_libraries())
+    for (int sm : {70, 75, 80, 90}) {
+      if (!lib.supports(sm)) continue;
+      INFO("NVRTC " << lib.version() << " sm_" << sm);
+      const NvrtcOutput o = nvrtc_compile("k.cu", src, {}, {fmt::format("--gpu-architecture=sm_{}", sm)}, &lib);
+      CHECK(ptx_target(o.ptx) == fmt::format("sm_{}", sm));
+      CHECK(cubin_sm(o.cubin) == sm);
+      ++checked;
+    }
+  CHECK(checked >= 3);
 }

@@ -155,7 +155,7 @@ TEST_CASE("Q8_0 GEMM throughput at 9B shapes (PlanMatmul::run)", "[.bench]") {
     for (const int64_t planes : planes_list) {
       const PlanMatmul mm([&](const Variant& v) { return g.load(v); }, s.k, s.n, max_t, g.info.sms, planes);
       for (const int64_t T : kTs) {
-        const double us = b.time_us([&](const Q8Matrix& w, cudaStream_t st) {
+        const double us = b.time_us([&](const Q8Matrix& w, StreamHandle st) {
           mm.run(w, b.xq.data(), b.xd.data(), b.xq2.data(), T, b.y.data(), st);
         });
         const double tops = b.tops(T, us);
@@ -205,7 +205,7 @@ TEST_CASE("Q8_0 GEMM tiling sweep at 9B shapes", "[.gemm_sweep]") {
         if (bst.second.empty() || us < bst.first) bst = {us, name};
       };
       const LoadedKernel gemv = g.load(gemv_q8_0_variant(s.k, planes));
-      row(1, gemv.variant.name, b.time_us([&](const Q8Matrix& w, cudaStream_t st) {
+      row(1, gemv.variant.name, b.time_us([&](const Q8Matrix& w, StreamHandle st) {
         launch_gemv_q8_0(gemv, w, b.xq.data(), b.xd.data(), b.xq2.data(), b.y.data(), st);
       }));
       for (const int64_t T : kSweepTs) {
@@ -213,14 +213,14 @@ TEST_CASE("Q8_0 GEMM tiling sweep at 9B shapes", "[.gemm_sweep]") {
         for (const Variant& v : skinny[planes])
           if (T <= v.param("c") && 2 * T > v.param("c")) {
             const LoadedKernel k = g.load(v);
-            row(T, v.name, b.time_us([&](const Q8Matrix& w, cudaStream_t st) {
+            row(T, v.name, b.time_us([&](const Q8Matrix& w, StreamHandle st) {
               launch_gemm_q8_0_skinny(k, w, b.xq.data(), b.xd.data(), b.xq2.data(), T, b.y.data(), st);
             }));
           }
         if (T >= 8)
           for (const Variant& v : tiled[planes]) {
             const LoadedKernel k = g.load(v);
-            row(T, v.name, b.time_us([&](const Q8Matrix& w, cudaStream_t st) {
+            row(T, v.name, b.time_us([&](const Q8Matrix& w, StreamHandle st) {
               launch_gemm_q8_0_tiled(k, w, b.xq.data(), b.xd.data(), b.xq2.data(), T, b.y.data(), st);
             }));
           }

@@ -42,9 +42,13 @@ using qrig::cuda::test::PlanMatmul;
 using cpu::test::rel_err;
 
 // Device 0 and a kernel compiler whose cache is the default one ($XDG_CACHE_HOME/qrig/kernels: run.sh points
-// it under $OUT so the cubins and PTX come back with the logs).
+// it under $OUT so the cubins and PTX come back with the logs). The kernels are compiled for the device's own
+// architecture, or, with QRIG_GPU_TEST_FAMILY=sm_70 (tests/gpu/cmp_family.sh), for that older feature set and
+// loaded as PTX through the driver's JIT: how the CMP's sm_70 kernels are tested on a newer GPU.
 struct Gpu {
   DeviceInfo info;
+  int family_sm = 0;  // the feature set the kernels are compiled for
+  bool ptx = false;   // loaded as PTX (family_sm older than the device)
   KernelCompiler compiler;
   Stream stream;
 
@@ -52,10 +56,19 @@ struct Gpu {
     static Gpu g;
     return g;
   }
-  LoadedKernel load(const Variant& v) { return load_kernel(compiler.get(v, info.sm)); }
+  LoadedKernel load(const Variant& v) { return load_kernel(compiler.get(v, family_sm), ptx); }
 
  private:
-  Gpu() : info(first_device()), compiler(), stream(0) {}
+  Gpu() : info(first_device()), family_sm(family(info.sm)), ptx(family_sm != info.sm), compiler(), stream(0) {}
+  static int family(int device_sm) {
+    const char* f = std::getenv("QRIG_GPU_TEST_FAMILY");
+    if (!f || !*f) return device_sm;
+    int sm = 0;
+    if (std::sscanf(f, "sm_%d", &sm) != 1 || sm < 70 || sm > device_sm)
+      throw CudaError(fmt::format("QRIG_GPU_TEST_FAMILY={}: want sm_NN, at least sm_70 and at most this GPU's sm_{}",
+                                  f, device_sm));
+    return sm;
+  }
   static DeviceInfo first_device() {
     std::string why;
     if (device_count(&why) == 0) throw CudaError("no CUDA device to test: " + why);

@@ -143,16 +143,15 @@ TEST_CASE("the CTA targets the plan gives attention are this GPU's occupancy of 
       const bool decode = k.variant.kernel == "attn_decode";
       const size_t smem = decode ? 0 : (size_t)kernels::kAttentionPrefillSmem;
       if (!decode) LoadedKernel(k).kernel.opt_in_shared(smem);
-      int n = 0;
-      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reinterpret_cast<const void*>(k.kernel.handle()),
-                                                          (int)k.variant.threads(), smem),
-            "occupancy of " + k.variant.name);
+      const int n = k.kernel.max_active_blocks_per_sm(g.info.index, (int)k.variant.threads(), smem);
       INFO(k.variant.name << ": " << n << " blocks per SM on this GPU");
       const int64_t want = decode ? std::max<int64_t>(2 * (int64_t)g.info.sms, (int64_t)g.info.sms * n)
                                   : (int64_t)g.info.sms * n;
       const int64_t got = decode ? (r.last == 1 ? c.ctas.decode1 : c.ctas.decode_n) : c.ctas.prefill;
       report("attention split CTAs", dims_name(d), k.variant.name + " (plan vs occupancy)", (double)std::abs(got - want), 0);
-      if (g.info.sm == 90) CHECK(got == want);  // the architecture the defaults were measured on
+      // The architecture the defaults were measured on, with its own kernels (an older family's launch bounds
+      // differ).
+      if (g.info.sm == 90 && g.family_sm == 90) CHECK(got == want);
     }
   }
 }

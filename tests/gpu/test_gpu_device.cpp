@@ -33,14 +33,14 @@ TEST_CASE("shared-memory opt-in is set, and works, on every device", "[gpu][shor
   REQUIRE(!devices.empty());
   for (const auto& d : devices) INFO("device " << d.index << ": " << d.name << " sm_" << d.sm);
   const ArchChoice arch = choose_arch(g.info.sm);
-  const NvrtcOutput o = nvrtc_compile("big_smem.cu", kBigSmem, {}, {fmt::format("--gpu-architecture=sm_{}", arch.target_sm)});
+  const NvrtcOutput o = nvrtc_compile("big_smem.cu", kBigSmem, {}, {fmt::format("--gpu-architecture=sm_{}", arch.target_sm)}, arch.lib);
   Library lib(o.cubin, "big_smem");
   Kernel k = lib.kernel("big_smem", 256);
   int limit = 1 << 30;
   for (const auto& d : devices) limit = std::min(limit, d.smem_per_block_optin);
   REQUIRE(limit > 48 * 1024);
   const int n = limit / 4;
-  CHECK_THROWS_WITH(k.launch(dim3(1), dim3(256), (size_t)limit, g.stream.get(), (float*)nullptr, n),
+  CHECK_THROWS_WITH(k.launch(Dim3(1), Dim3(256), (size_t)limit, g.stream.get(), (float*)nullptr, n),
                     Catch::Contains("without opt_in_shared"));
   CHECK_THROWS_WITH(k.opt_in_shared((size_t)limit + 1024), Catch::Contains("exceed"));
   k.opt_in_shared((size_t)limit);
@@ -51,7 +51,7 @@ TEST_CASE("shared-memory opt-in is set, and works, on every device", "[gpu][shor
     Stream s(d.index);
     DeviceBuffer<float> out(d.index, 2, "big_smem out");
     out.fill_bytes(0);
-    k.launch(dim3(2), dim3(256), (size_t)limit, s.get(), out.data(), n);
+    k.launch(Dim3(2), Dim3(256), (size_t)limit, s.get(), out.data(), n);
     s.sync("big_smem");
     const auto v = out.download();
     CHECK(v[0] == (float)n);
@@ -63,11 +63,11 @@ TEST_CASE("launch, load and allocation failures are clear errors", "[gpu]") {
   Gpu& g = Gpu::get();
   const LoadedKernel k = g.load(rmsnorm_f32_variant(4096));
   DeviceBuffer<float> x(0, 4096, "x");
-  CHECK_THROWS_WITH(k.kernel.launch(dim3(1, 70000), dim3(256), 0, g.stream.get(), x.data(), x.data(), x.data(), 1e-6f),
+  CHECK_THROWS_WITH(k.kernel.launch(Dim3(1, 70000), Dim3(256), 0, g.stream.get(), x.data(), x.data(), x.data(), 1e-6f),
                     Catch::Contains("65535"));
-  CHECK_THROWS_WITH(k.kernel.launch(dim3(1), dim3(512), 0, g.stream.get(), x.data(), x.data(), x.data(), 1e-6f),
+  CHECK_THROWS_WITH(k.kernel.launch(Dim3(1), Dim3(512), 0, g.stream.get(), x.data(), x.data(), x.data(), 1e-6f),
                     Catch::Contains("launch bounds allow 256"));
-  CHECK_THROWS_WITH(k.kernel.launch(dim3(0), dim3(256), 0, g.stream.get(), x.data(), x.data(), x.data(), 1e-6f),
+  CHECK_THROWS_WITH(k.kernel.launch(Dim3(0), Dim3(256), 0, g.stream.get(), x.data(), x.data(), x.data(), 1e-6f),
                     Catch::Contains("empty"));
   // Garbage instead of a cubin fails at load or, with lazy module loading (seen on the H200), at the first
   // kernel lookup: either way an exception, never a launch of garbage.
@@ -78,7 +78,7 @@ TEST_CASE("launch, load and allocation failures are clear errors", "[gpu]") {
   Library lib(g.compiler.get(rmsnorm_f32_variant(4096), g.info.sm).cubin, "rmsnorm");
   CHECK_THROWS_WITH(lib.kernel("no_such_kernel", 256), Catch::Contains("no_such_kernel"));
   CHECK_THROWS_WITH(DeviceBuffer<char>(0, (size_t)g.info.total_bytes * 2, "too big"),
-                    Catch::Contains("cudaMalloc") && Catch::Contains("too big") && Catch::Contains("MiB free"));
+                    Catch::Contains("cuMemAlloc") && Catch::Contains("too big") && Catch::Contains("MiB free"));
   // Launchers refuse the wrong template, a shape the variant was not compiled for, misaligned pointers.
   CHECK_THROWS_WITH(launch_quant_act_q8(k, x.data(), nullptr, x.data(), nullptr, 32, g.stream.get()),
                     Catch::Contains("quant_act_q8 launcher"));

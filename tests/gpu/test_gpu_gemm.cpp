@@ -149,13 +149,13 @@ void check_matmul(const Q8Test& w, const PlanMatmul& mm, const std::vector<int64
     const std::string shape = fmt::format("{}->{} T={}", w.cols, w.rows, T) +
                               (stride > 1 ? fmt::format(" ({} rows)", rows.size()) : "");
     INFO(shape << " " << kernel);
-    const auto y = run_poisoned(T, w.rows, kernel, [&](float* out, cudaStream_t s) {
+    const auto y = run_poisoned(T, w.rows, kernel, [&](float* out, StreamHandle s) {
       mm.run(w.device(), a.xq.data(), a.xd.data(), a.xq2.data(), T, out, s);
     });
     CHECK(count_nan(y) == 0);
     const double f = check_errors(kernel, shape, planes, pick(y, w.rows, rows, T), ref);
     if (mm1 && planes == 2 && T * (int64_t)rows.size() >= 256) {
-      const auto y1 = run_poisoned(T, w.rows, mm1->variant_for(T).name, [&](float* out, cudaStream_t s) {
+      const auto y1 = run_poisoned(T, w.rows, mm1->variant_for(T).name, [&](float* out, StreamHandle s) {
         mm1->run(w.device(), a.xq.data(), a.xd.data(), nullptr, T, out, s);
       });
       const double f1 = rel_err(pick(y1, w.rows, rows, T), ref.flt);
@@ -206,7 +206,7 @@ TEST_CASE("every tiling of both GEMM templates matches cpu::matmul, one and two 
             }
             const LoadedKernel kern = g.load(gemm_q8_0_tiled_variant(planes, bn, bt, tn, tt, kb, sk));
             INFO(kern.variant.name << " n = " << n);
-            const auto y = run_poisoned(T, n, kern.variant.name, [&](float* out, cudaStream_t s) {
+            const auto y = run_poisoned(T, n, kern.variant.name, [&](float* out, StreamHandle s) {
               launch_gemm_q8_0_tiled(kern, w.device(), a.xq.data(), a.xd.data(), a.xq2.data(), T, out, s);
             });
             check_errors(kern.variant.name, fmt::format("{}->{} T={}", k, n, T), planes, y, ref);
@@ -226,7 +226,7 @@ TEST_CASE("every tiling of both GEMM templates matches cpu::matmul, one and two 
                  {c, 1, 1, 32}, {c, 2, 2, 128}, {c, 8 / std::min<int64_t>(c, 8), 3, 256}, {16, 2, 1, 64}, {16, 1, 2, 128}}) {
           const LoadedKernel kern = g.load(gemm_q8_0_skinny_variant(planes, cols, r, u, t));
           INFO(kern.variant.name << " n = " << n << " T = " << T);
-          const auto y = run_poisoned(T, n, kern.variant.name, [&](float* out, cudaStream_t s) {
+          const auto y = run_poisoned(T, n, kern.variant.name, [&](float* out, StreamHandle s) {
             launch_gemm_q8_0_skinny(kern, w.device(), a.xq.data(), a.xd.data(), a.xq2.data(), T, out, s);
           });
           check_errors(kern.variant.name, fmt::format("{}->{} T={}", k, n, T), planes, y, ref, T == 16 || T == 3);
@@ -248,7 +248,7 @@ TEST_CASE("the GEMM launchers refuse bad shapes and arguments", "[gpu][short]") 
   const LoadedKernel skinny = g.load(gemm_q8_0_skinny_variant(1, 2, 2, 2, 128));
   const LoadedKernel tiled2 = g.load(gemm_q8_0_tiled_variant(2, 64, 32, 4, 4, 2));
   const LoadedKernel skinny2 = g.load(gemm_q8_0_skinny_variant(2, 2, 2, 2, 128));
-  cudaStream_t s = g.stream.get();
+  StreamHandle s = g.stream.get();
   const int8_t* q = a.xq.data();
   const int8_t* q2 = a.xq2.data();
   const float* d = a.xd.data();
@@ -297,7 +297,7 @@ TEST_CASE("PlanMatmul matches cpu::matmul at 9B and 27B shapes, one and two plan
       const Activation a(512, 4096, 31, planes);
       auto run = [&](int64_t T, const int8_t* xq, const float* xd, const int8_t* xq2) {
         return run_poisoned(T, 12288, mm->variant_for(T).name,
-                            [&](float* out, cudaStream_t s) { mm->run(w.device(), xq, xd, xq2, T, out, s); });
+                            [&](float* out, StreamHandle s) { mm->run(w.device(), xq, xd, xq2, T, out, s); });
       };
       const auto y512 = run(512, a.xq.data(), a.xd.data(), a.xq2.data());
       CHECK(cpu::test::bit_equal(run(512, a.xq.data(), a.xd.data(), a.xq2.data()), y512));

@@ -71,7 +71,7 @@ ir::Plan tiny_plan(const std::string& backend, int64_t precise_rows = -1, int64_
   compiler::RigDevice d;
   d.kind = "cuda";
   d.name = g.info.name;
-  d.arch = fmt::format("sm_{}", g.info.sm);
+  d.arch = fmt::format("sm_{}", g.family_sm);  // the device's, or QRIG_GPU_TEST_FAMILY's (then as PTX)
   d.sms = g.info.sms;
   d.memory_gib = (double)g.info.total_bytes / (1 << 30);
   rig.devices.push_back(d);
@@ -82,6 +82,7 @@ ir::Plan tiny_plan(const std::string& backend, int64_t precise_rows = -1, int64_
   co.force_backend = backend;
   co.precise_rows = precise_rows;
   co.family = family;
+  co.ptx_jit = g.ptx && backend != "cpu";
   co.max_logit_rows = co.max_batch_tokens;
   return compiler::compile(f, rig, co);
 }
@@ -375,7 +376,7 @@ TEST_CASE("a model with 6 GDN value heads runs on the GPU as its CPU emulation c
   compiler::RigDevice d;
   d.kind = "cuda";
   d.name = g.info.name;
-  d.arch = fmt::format("sm_{}", g.info.sm);
+  d.arch = fmt::format("sm_{}", g.family_sm);  // the device's, or QRIG_GPU_TEST_FAMILY's (then as PTX)
   d.sms = g.info.sms;
   d.memory_gib = (double)g.info.total_bytes / (1 << 30);
   rig.devices.push_back(d);
@@ -384,7 +385,9 @@ TEST_CASE("a model with 6 GDN value heads runs on the GPU as its CPU emulation c
   co.context_length = 512;
   co.max_sequences = 1;
   co.max_logit_rows = co.max_batch_tokens;
+  co.ptx_jit = g.ptx;
   const ir::Plan plan = compiler::compile(f, rig, co);
+  co.ptx_jit = false;
   co.force_backend = "cpu";
   co.family = "dp4a-emulated";
   const ir::Plan emu = compiler::compile(f, rig, co);

@@ -128,7 +128,7 @@ TEST_CASE("probe kernels: one iteration each, results and stamps written", "[gpu
     stamps.fill_bytes(0);
     const float m = 0.9999f, a = 1e-4f;
     const int b_dp4a = (int)0x01FE037Fu;
-    const dim3 grid((unsigned)blocks), block(kProbeThreads);
+    const Dim3 grid((unsigned)blocks), block(kProbeThreads);
     void* o = out.data();
     unsigned long long* t = stamps.data();
     switch (u) {
