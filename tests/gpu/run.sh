@@ -10,7 +10,8 @@
 # gpu_report.md (error per op and threshold), memcheck.log, racecheck.log, bench.log, bench_gemv.md,
 # probe.log, rig.toml, kernels.tar.gz (cubins, PTX, ptxas reports), summary.md. A short table is printed
 # last. Exit status: non-zero when a test, a sanitizer check or the probe failed. QRIG_GPU_SANITIZE=0 and
-# QRIG_GPU_BENCH=0 skip the sanitizers and the micro-benchmarks (to save device time). Model-level checks and
+# QRIG_GPU_BENCH=0 skip the sanitizers and the micro-benchmarks (to save device time); QRIG_GPU_SANITIZERS
+# names the tools (default "memcheck racecheck"). Model-level checks and
 # benchmarks (qrig verify / qrig bench) are tests/gpu/bench.sh.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,7 +58,7 @@ tests_line="$(summary_of "$out/gpu_tests.log") (exit $tests_rc)"
 sanitizer=$(command -v compute-sanitizer || true)
 [[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
 declare -A san_line
-for tool in memcheck racecheck; do
+for tool in ${QRIG_GPU_SANITIZERS:-memcheck racecheck}; do
   if [[ "${QRIG_GPU_SANITIZE:-1}" == 0 ]]; then
     san_line[$tool]="skipped (QRIG_GPU_SANITIZE=0)"
     continue
@@ -121,8 +122,8 @@ tar -czf "$out/kernels.tar.gz" -C "$XDG_CACHE_HOME" qrig 2>/dev/null || true
   echo "| step | result | log |"
   echo "|---|---|---|"
   echo "| gpu tests [gpu] | $tests_line | gpu_tests.log |"
-  echo "| compute-sanitizer memcheck [short] | ${san_line[memcheck]} | memcheck.log |"
-  echo "| compute-sanitizer racecheck [short] | ${san_line[racecheck]} | racecheck.log |"
+  echo "| compute-sanitizer memcheck [short] | ${san_line[memcheck]:-not run} | memcheck.log |"
+  echo "| compute-sanitizer racecheck [short] | ${san_line[racecheck]:-not run (QRIG_GPU_SANITIZERS)} | racecheck.log |"
   echo "| GEMV micro-benchmark [bench] | $bench_line | bench.log |"
   echo "| qrig probe -o rig.toml | $probe_line | probe.log |"
 } | tee "$out/summary.md"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `qrig run` and `qrig serve` on the GPU with the fixtures' tiny model (it has the real Qwen3 tokenizer), with the
-# gpu-bundle's qrig. Usage: tests/gpu/serve_smoke.sh RIG.toml|cpu   (QRIG_SHARED_DIR: where fixtures/ is; logs to $OUT)
+# gpu-bundle's qrig. Usage: tests/gpu/serve_smoke.sh RIG.toml|cpu [flags]   (flags go to run and serve, e.g. --ptx;
+# QRIG_SHARED_DIR: where fixtures/ is; logs to $OUT)
 # Checks: `qrig run` says it runs on the cuda backend and generates; `qrig serve` compiles for the rig, reports
 # the cuda backend, answers /v1/models, a greedy chat completion, a streamed one, and 6 concurrent sampled
 # completions (one batched step carries several sequences); the greedy answer is the same twice; a prompt
@@ -12,9 +13,10 @@
 # Prints one line per check; exit 1 if any fails.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-rig=${1:?usage: serve_smoke.sh RIG.toml}
+rig=${1:?usage: serve_smoke.sh RIG.toml [compile flags for run and serve, e.g. --ptx]}
+shift
 backend=cuda
-rigopt=(--rig "$rig")
+rigopt=(--rig "$rig" "$@")
 [[ "$rig" == cpu ]] && { backend=cpu; rigopt=(); }  # the same checks on the CPU backend (to try the script here)
 bundle=""
 for c in "$root/build-gpu/gpu-bundle" "$root/build/gpu-bundle"; do [[ -x "$c/qrig" ]] && { bundle=$c; break; }; done
