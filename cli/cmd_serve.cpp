@@ -61,6 +61,9 @@ std::string usage_text() {
     s += fmt::format("  {:<20} {:<22} {}{}\n", o.flag, o.env, o.help,
                      *o.dflt ? fmt::format(" [{}]", o.dflt) : std::string());
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
+  s += fmt::format("  {:<20} {:<22} {}\n", "--ignore-unsupported-fields", "QRIG_IGNORE_UNSUPPORTED_FIELDS=1",
+                   "request fields that would change the output but are not implemented: ignored (named in the "
+                   "X-Qrig-Ignored-Fields header) instead of a 400");
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-cuda-graphs", "(flag only)",
                    "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
   s += fmt::format("  {:<20} {:<22} {}\n", "MODEL", "QRIG_MODEL", "the .gguf or plan directory to serve");
@@ -102,7 +105,7 @@ class Settings {
 int cmd_serve(int argc, char** argv) {
   std::set<std::string> value_flags;
   for (const Option& o : kOptions) value_flags.insert(o.flag);
-  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--help", "-h"});
+  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--ignore-unsupported-fields", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     fmt::print("{}", usage_text());
     return 0;
@@ -123,6 +126,8 @@ int cmd_serve(int argc, char** argv) {
   so.slots = set.integer("--parallel", 1, 1024);
   const char* log_env = std::getenv("QRIG_REQUEST_LOG");
   so.log_requests = !a.has("--no-request-log") && !(log_env && std::string(log_env) == "0");
+  const char* ignore_env = std::getenv("QRIG_IGNORE_UNSUPPORTED_FIELDS");
+  so.ignore_unsupported_fields = a.has("--ignore-unsupported-fields") || (ignore_env && std::string(ignore_env) == "1");
   const long long grace_s = set.integer("--shutdown-timeout", 0, 86400);
 
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";

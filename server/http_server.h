@@ -27,6 +27,8 @@ struct ServerOptions {
   int64_t max_queue = 64;                  // only used for the http_threads default
   int64_t slots = 4;                       // idem
   bool log_requests = true;                // one line per request on stderr
+  bool ignore_unsupported_fields = false;  // fields that would change the output but are not implemented:
+                                           // ignored and reported (X-Qrig-Ignored-Fields) instead of a 400
 };
 
 constexpr int kMaxHttpThreads = 1024;

@@ -135,7 +135,7 @@ class Renderer {
                                      : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
       in_reasoning = opt_.enable_thinking;
     }
-    return RenderedChat{std::move(out_.text), std::move(out_.spans), in_reasoning};
+    return RenderedChat{std::move(out_.text), std::move(out_.spans), in_reasoning, opt_.continue_final_message};
   }
 
  private:

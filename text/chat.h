@@ -81,6 +81,8 @@ struct RenderedChat {
   // The model's output starts inside a <think> block: the generation prompt with thinking on, or a
   // continued assistant message whose reasoning is left open.
   bool output_in_reasoning = false;
+  // The last message was left open for the model to continue (ChatOptions::continue_final_message).
+  bool continued = false;
 };
 
 // render_chat and render_chat_request with the ranges; `text` is byte for byte what they return.
