@@ -30,7 +30,11 @@ std::vector<std::unique_ptr<Generation>> start_samples(const std::shared_ptr<con
     return gens;
   }
   std::vector<runtime::Request> reqs;
-  for (int64_t i = 0; i < g.n; ++i) reqs.push_back(sample_request(*model, prompt, g, make));
+  for (int64_t i = 0; i < g.n; ++i) {
+    reqs.push_back(sample_request(*model, prompt, g, make));
+    // A seed makes the whole set reproducible, not every sample the same.
+    if (g.sampling.seed) reqs.back().sampling.seed = *g.sampling.seed + (uint64_t)i;
+  }
   return Generation::group(model, std::move(reqs), opt);
 }
 
