@@ -27,8 +27,11 @@ void send_json(Response& res, int status, const nlohmann::ordered_json& body) {
   res.set_content(json_text(body), "application/json");
 }
 
-void send_error(Response& res, const ApiError& e) {
-  send_json(res, error_spec(e.kind).status, error_body(e));
+// The Messages API routes answer errors in Anthropic's shape.
+bool is_anthropic_route(const std::string& path) { return path == "/v1/messages" || path == "/v1/messages/count_tokens"; }
+
+void send_error(Response& res, const ApiError& e, bool anthropic) {
+  send_json(res, error_spec(e.kind).status, anthropic ? anthropic_error_body(e) : error_body(e));
   if (e.kind == ErrorKind::queue_full) res.set_header("Retry-After", "1");
   if (e.kind == ErrorKind::authentication) res.set_header("WWW-Authenticate", "Bearer");
 }
@@ -75,7 +78,7 @@ void report_ignored(const Request& req, Response& res, const std::string& fields
 namespace {
 
 const char* const kPostRoutes[] = {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions",
-                                   "/tokenize", "/detokenize"};
+                                   "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize"};
 const char* const kGetRoutes[] = {"/health", "/v1/health", "/metrics", "/v1/models", "/models"};
 
 bool is_route(const std::string& path, bool post) {
@@ -93,12 +96,18 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
+// The key from "Authorization: Bearer KEY" or (Anthropic's clients) "x-api-key: KEY".
 bool authorized(const std::string& key, const Request& req) {
   std::string h = req.header("Authorization");
-  if (h.size() < 7 || !std::equal(h.begin(), h.begin() + 7, "bearer ", [](char a, char b) { return std::tolower((unsigned char)a) == b; }))
+  std::string given;
+  if (h.size() >= 7 && std::equal(h.begin(), h.begin() + 7, "bearer ", [](char a, char b) { return std::tolower((unsigned char)a) == b; })) {
+    given = h.substr(7);
+    while (!given.empty() && given.front() == ' ') given.erase(given.begin());
+  } else if (req.has_header("x-api-key")) {
+    given = req.header("x-api-key");
+  } else {
     return false;
-  std::string given = h.substr(7);
-  while (!given.empty() && given.front() == ' ') given.erase(given.begin());
+  }
   // Constant time in the key's length: no early exit on the first differing byte.
   unsigned diff = given.size() != key.size();
   for (size_t i = 0; i < key.size(); ++i) diff |= (unsigned char)key[i] ^ (unsigned char)(i < given.size() ? given[i] : 0);
@@ -126,9 +135,10 @@ bool check_head(Context& ctx, const Request& req, Response& res) {
   }
   const bool post_route = is_route(req.path, true), get_route = is_route(req.path, false);
   if (!ctx.opt.api_key.empty() && !(get_route && is_health(req.path)) && !authorized(ctx.opt.api_key, req)) {
-    send_error(res, ApiError(ErrorKind::authentication, req.has_header("Authorization")
+    send_error(res, ApiError(ErrorKind::authentication, req.has_header("Authorization") || req.has_header("x-api-key")
                                                             ? "invalid API key"
-                                                            : "missing API key: send 'Authorization: Bearer <key>'"));
+                                                            : "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"),
+               is_anthropic_route(req.path));
     return true;
   }
   if (!post_route && !get_route) {
@@ -137,7 +147,8 @@ bool check_head(Context& ctx, const Request& req, Response& res) {
   }
   const bool get_like = req.method == "GET" || req.method == "HEAD";
   if ((post_route && req.method != "POST") || (get_route && !get_like)) {
-    send_error(res, ApiError(ErrorKind::method_not_allowed, fmt::format("{} does not accept {}", req.path, req.method)));
+    send_error(res, ApiError(ErrorKind::method_not_allowed, fmt::format("{} does not accept {}", req.path, req.method)),
+               is_anthropic_route(req.path));
     res.set_header("Allow", post_route ? "POST, OPTIONS" : "GET, OPTIONS");
     return true;
   }
@@ -158,10 +169,10 @@ void run_api(Context& ctx, Handler h, const Request& req, Response& res) {
     h(ctx, model, req, res);
   } catch (const ApiError& e) {
     res = Response{};
-    send_error(res, e);
+    send_error(res, e, is_anthropic_route(req.path));
   } catch (const std::exception& e) {
     res = Response{};
-    send_error(res, ApiError(ErrorKind::internal, std::string("internal error: ") + e.what()));
+    send_error(res, ApiError(ErrorKind::internal, std::string("internal error: ") + e.what()), is_anthropic_route(req.path));
   }
 }
 
@@ -199,6 +210,8 @@ void route(Context& ctx, const Request& req, Response& res) {
   const std::string& p = req.path;
   if (p == "/v1/chat/completions" || p == "/chat/completions") return run_api(ctx, handle_chat_completions, req, res);
   if (p == "/v1/completions" || p == "/completions") return run_api(ctx, handle_completions, req, res);
+  if (p == "/v1/messages") return run_api(ctx, handle_messages, req, res);
+  if (p == "/v1/messages/count_tokens") return run_api(ctx, handle_count_tokens, req, res);
   if (p == "/tokenize") return run_api(ctx, handle_tokenize, req, res);
   if (p == "/detokenize") return run_api(ctx, handle_detokenize, req, res);
   if (p == "/v1/models" || p == "/models" || p.rfind("/v1/models/", 0) == 0) return run_api(ctx, handle_models, req, res);
