@@ -49,6 +49,7 @@ void handle_chat_completions(Context& ctx, const ModelPtr& model, const Request&
 void handle_completions(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 void handle_messages(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 void handle_count_tokens(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
+void handle_responses(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 void handle_tokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 void handle_detokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 

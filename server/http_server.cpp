@@ -78,7 +78,8 @@ void report_ignored(const Request& req, Response& res, const std::string& fields
 namespace {
 
 const char* const kPostRoutes[] = {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions",
-                                   "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize"};
+                                   "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/responses",
+                                   "/tokenize", "/detokenize"};
 const char* const kGetRoutes[] = {"/health", "/v1/health", "/metrics", "/v1/models", "/models"};
 
 bool is_route(const std::string& path, bool post) {
@@ -212,6 +213,7 @@ void route(Context& ctx, const Request& req, Response& res) {
   if (p == "/v1/completions" || p == "/completions") return run_api(ctx, handle_completions, req, res);
   if (p == "/v1/messages") return run_api(ctx, handle_messages, req, res);
   if (p == "/v1/messages/count_tokens") return run_api(ctx, handle_count_tokens, req, res);
+  if (p == "/v1/responses" || p == "/responses") return run_api(ctx, handle_responses, req, res);
   if (p == "/tokenize") return run_api(ctx, handle_tokenize, req, res);
   if (p == "/detokenize") return run_api(ctx, handle_detokenize, req, res);
   if (p == "/v1/models" || p == "/models" || p.rfind("/v1/models/", 0) == 0) return run_api(ctx, handle_models, req, res);
