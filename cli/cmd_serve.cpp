@@ -40,7 +40,8 @@ const Option kOptions[] = {
     {"--port", "QRIG_PORT", "8080", "port to listen on (0: any free port, printed at start)"},
     {"--parallel", "QRIG_PARALLEL", "4", "sequence slots: requests generated concurrently (.gguf only)"},
     {"--ctx", "QRIG_CTX", "0", "context tokens per slot (0: the most that fits; .gguf only)"},
-    {"--api-key", "QRIG_API_KEY", "", "require 'Authorization: Bearer KEY' (GET /health stays public)"},
+    {"--api-key", "QRIG_API_KEY", "", "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (GET /health stays public); several: a comma list"},
+    {"--api-key-file", "QRIG_API_KEY_FILE", "", "more accepted API keys, one per line ('#' starts a comment line)"},
     {"--alias", "QRIG_ALIAS", "", "model name in the API (default: the model file's name)"},
     {"--max-queue", "QRIG_MAX_QUEUE", "64", "requests waiting for a slot before 429"},
     {"--timeout", "QRIG_TIMEOUT", "600", "seconds a response write may stall (client not reading); a whole body"},
@@ -117,6 +118,7 @@ int cmd_serve(int argc, char** argv) {
   so.host = set.str("--host");
   so.port = (int)set.integer("--port", 0, 65535);
   so.api_key = set.str("--api-key");
+  so.api_key_file = set.str("--api-key-file");
   so.timeout_s = (int)set.integer("--timeout", 1, 86400);
   so.head_timeout_s = (int)set.integer("--head-timeout", 1, 3600);
   so.max_body_bytes = (size_t)set.integer("--max-body", 1024, 1ll << 32);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@ namespace qrig::server {
 
 struct Context {
   ServerOptions opt;
+  std::vector<std::string> api_keys;  // api_keys_of(opt): empty means no authentication
   Metrics metrics;
   std::atomic<bool> draining{false};
   mutable std::mutex mu;
