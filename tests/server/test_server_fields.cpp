@@ -245,3 +245,89 @@ TEST_CASE("completions: text_offset skips control tokens the text leaves out", "
   CHECK(lp["text_offset"][0] == 0);
   CHECK(lp["text_offset"][1] == 0);  // was 16: the skipped token's bytes were counted
 }
+
+namespace {
+
+enum class Expect { honoured, harmless, refused };
+
+struct FieldCase {
+  const char* name;
+  json value;  // a value that is not the field's inert default
+  Expect expect;
+  bool chat = true, completions = true;
+};
+
+// The fields llama.cpp's server README lists for POST /completion and its OpenAI-compatible chat endpoint,
+// and vLLM's extra parameters of its chat and completions endpoints (besides OpenAI's own).
+std::vector<FieldCase> documented_fields() {
+  using E = Expect;
+  return {
+      // llama.cpp
+      {"temperature", 0.5, E::honoured}, {"dynatemp_range", 0.3, E::refused}, {"dynatemp_exponent", 2.0, E::harmless},
+      {"top_k", 5, E::honoured}, {"top_p", 0.9, E::honoured}, {"min_p", 0.1, E::honoured}, {"n_predict", 4, E::honoured},
+      {"n_indent", 2, E::refused}, {"n_keep", 10, E::harmless}, {"stop", {"x"}, E::honoured}, {"typical_p", 0.8, E::honoured},
+      {"repeat_penalty", 1.1, E::honoured}, {"repeat_last_n", 32, E::honoured}, {"presence_penalty", 0.5, E::honoured},
+      {"frequency_penalty", 0.5, E::honoured}, {"dry_multiplier", 0.8, E::refused}, {"dry_base", 1.75, E::harmless},
+      {"dry_allowed_length", 2, E::harmless}, {"dry_penalty_last_n", -1, E::harmless},
+      {"dry_sequence_breakers", {"\n"}, E::harmless}, {"xtc_probability", 0.5, E::honoured},
+      {"xtc_threshold", 0.1, E::honoured}, {"mirostat", 2, E::refused}, {"mirostat_tau", 5.0, E::harmless},
+      {"mirostat_eta", 0.1, E::harmless}, {"grammar", "root ::= \"a\"", E::refused},
+      {"json_schema", {{"type", "object"}}, E::honoured}, {"seed", 42, E::honoured}, {"ignore_eos", true, E::honoured},
+      {"logit_bias", {{"5", -1}}, E::honoured}, {"n_probs", 3, E::refused}, {"min_keep", 5, E::refused},
+      {"t_max_predict_ms", 100, E::refused}, {"id_slot", 1, E::harmless}, {"cache_prompt", false, E::harmless},
+      {"return_tokens", true, E::refused}, {"samplers", {"top_k"}, E::refused}, {"timings_per_token", true, E::harmless},
+      {"return_progress", true, E::refused}, {"post_sampling_probs", true, E::refused},
+      {"response_fields", {"content"}, E::refused}, {"lora", {{{"id", 0}, {"scale", 1.0}}}, E::refused},
+      {"top_n_sigma", 1.0, E::refused}, {"n_cmpl", 2, E::honoured}, {"n_cache_reuse", 256, E::harmless},
+      {"reasoning_format", "none", E::honoured, true, false}, {"parse_tool_calls", false, E::refused, true, false},
+      {"chat_template_kwargs", {{"enable_thinking", false}}, E::honoured, true, false},
+      {"thinking_forced_open", true, E::refused, true, false},
+      // vLLM
+      {"best_of", 2, E::refused, false, true}, {"use_beam_search", true, E::refused}, {"repetition_penalty", 1.1, E::honoured},
+      {"length_penalty", 0.5, E::refused}, {"stop_token_ids", {5}, E::honoured}, {"include_stop_str_in_output", true, E::honoured},
+      {"min_tokens", 2, E::honoured}, {"skip_special_tokens", false, E::honoured},
+      {"spaces_between_special_tokens", false, E::honoured}, {"truncate_prompt_tokens", 100, E::honoured},
+      {"prompt_logprobs", 1, E::refused}, {"allowed_token_ids", {5, 6}, E::honoured}, {"bad_words", {"x"}, E::refused},
+      {"echo", true, E::refused, true, false}, {"echo", true, E::honoured, false, true},
+      {"add_generation_prompt", true, E::honoured, true, false},
+      {"continue_final_message", false, E::honoured, true, false}, {"add_special_tokens", true, E::harmless},
+      {"documents", {{{"title", "t"}, {"text", "x"}}}, E::refused, true, false},
+      {"chat_template", "{{ messages }}", E::refused, true, false}, {"mm_processor_kwargs", json::object(), E::harmless},
+      {"structured_outputs", {{"regex", "[a-z]{2}"}}, E::honoured}, {"guided_json", {{"type", "object"}}, E::honoured},
+      {"guided_regex", "[a-z]{2}", E::honoured}, {"guided_choice", {"a", "b"}, E::honoured},
+      {"guided_grammar", "root ::= \"a\"", E::refused}, {"structural_tag", "{}", E::refused},
+      {"guided_decoding_backend", "xgrammar", E::harmless}, {"guided_whitespace_pattern", " ", E::refused},
+      {"priority", 1, E::harmless}, {"request_id", "r1", E::harmless}, {"logits_processors", {"x.y"}, E::refused},
+      {"return_tokens_as_token_ids", true, E::refused}, {"return_token_ids", true, E::refused},
+      {"cache_salt", "s", E::harmless}, {"kv_transfer_params", json::object({{"a", 1}}), E::refused},
+      {"vllm_xargs", {{"a", 1}}, E::refused}, {"include_reasoning", false, E::honoured, true, false},
+      {"reasoning_effort", "none", E::honoured, true, false}, {"thinking_token_budget", 5, E::honoured, true, false},
+      {"response_format", {{"type", "json_object"}}, E::honoured}, {"suffix", "x", E::refused, false, true},
+      {"prompt_embeds", "AAAA", E::refused, false, true}, {"enable_thinking", false, E::honoured, true, false},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("the llama.cpp and vLLM endpoint fields: each honoured, harmless or refused with a 400, none ignored",
+          "[server][fields]") {
+  test::TestServer srv(scripted("Hello world."));
+  for (const FieldCase& f : documented_fields()) {
+    for (const bool chat : {true, false}) {
+      if ((chat && !f.chat) || (!chat && !f.completions)) continue;
+      json body = chat ? chat_body() : json{{"prompt", kPlainAnchor}, {"temperature", 0}};
+      if (std::string(f.name) != "n_predict") body["max_tokens"] = 12;
+      body[f.name] = f.value;
+      INFO((chat ? "chat: " : "completions: ") << f.name << " = " << f.value.dump());
+      Reply r = post(srv, chat ? "/v1/chat/completions" : "/v1/completions", body);
+      INFO(r.raw.substr(0, 400));
+      if (f.expect == Expect::refused) {
+        CHECK(r.status == 400);
+        CHECK(r.body["error"]["param"] == f.name);
+      } else {
+        CHECK(r.status == 200);
+        CHECK(r.ignored.find(f.name) == std::string::npos);  // known: neither unknown nor refused
+      }
+    }
+  }
+}
