@@ -2,7 +2,8 @@
 // server honours: n > 1 sharing one prefill (whole and streamed), llama.cpp's n_predict / ignore_eos, vLLM's
 // min_tokens / stop_token_ids / include_stop_str_in_output / allowed_token_ids / guided_* /
 // structured_outputs, the thinking budget; the refusal of the ones it does not implement (and
-// ServerOptions::ignore_unsupported_fields); /v1/completions text_offset across skipped control tokens.
+// ServerOptions::ignore_unsupported_fields); a table of every field llama.cpp's and vLLM's OpenAI endpoints
+// document, each honoured, harmless or refused; /v1/completions text_offset across skipped control tokens.
 #include <catch2/catch.hpp>
 
 #include <regex>
