@@ -40,7 +40,8 @@ const Option kOptions[] = {
     {"--port", "QRIG_PORT", "8080", "port to listen on (0: any free port, printed at start)"},
     {"--parallel", "QRIG_PARALLEL", "4", "sequence slots: requests generated concurrently (.gguf only)"},
     {"--ctx", "QRIG_CTX", "0", "context tokens per slot (0: the most that fits; .gguf only)"},
-    {"--api-key", "QRIG_API_KEY", "", "require 'Authorization: Bearer KEY' (GET /health stays public)"},
+    {"--api-key", "QRIG_API_KEY", "", "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (GET /health stays public); several: a comma list"},
+    {"--api-key-file", "QRIG_API_KEY_FILE", "", "more accepted API keys, one per line ('#' starts a comment line)"},
     {"--alias", "QRIG_ALIAS", "", "model name in the API (default: the model file's name)"},
     {"--max-queue", "QRIG_MAX_QUEUE", "64", "requests waiting for a slot before 429"},
     {"--timeout", "QRIG_TIMEOUT", "600", "seconds a response write may stall (client not reading); a whole body"},
@@ -61,6 +62,9 @@ std::string usage_text() {
     s += fmt::format("  {:<20} {:<22} {}{}\n", o.flag, o.env, o.help,
                      *o.dflt ? fmt::format(" [{}]", o.dflt) : std::string());
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
+  s += fmt::format("  {:<20} {:<22} {}\n", "--ignore-unsupported-fields", "QRIG_IGNORE_UNSUPPORTED_FIELDS=1",
+                   "request fields that would change the output but are not implemented: ignored (named in the "
+                   "X-Qrig-Ignored-Fields header) instead of a 400");
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-cuda-graphs", "(flag only)",
                    "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
   s += fmt::format("  {:<20} {:<22} {}\n", "--ptx", "(flag only)",
@@ -104,7 +108,8 @@ class Settings {
 int cmd_serve(int argc, char** argv) {
   std::set<std::string> value_flags;
   for (const Option& o : kOptions) value_flags.insert(o.flag);
-  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--ptx", "--help", "-h"});
+  Args a(argc, argv, 2, value_flags,
+         {"--no-request-log", "--no-cuda-graphs", "--ptx", "--ignore-unsupported-fields", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     fmt::print("{}", usage_text());
     return 0;
@@ -116,6 +121,7 @@ int cmd_serve(int argc, char** argv) {
   so.host = set.str("--host");
   so.port = (int)set.integer("--port", 0, 65535);
   so.api_key = set.str("--api-key");
+  so.api_key_file = set.str("--api-key-file");
   so.timeout_s = (int)set.integer("--timeout", 1, 86400);
   so.head_timeout_s = (int)set.integer("--head-timeout", 1, 3600);
   so.max_body_bytes = (size_t)set.integer("--max-body", 1024, 1ll << 32);
@@ -125,6 +131,8 @@ int cmd_serve(int argc, char** argv) {
   so.slots = set.integer("--parallel", 1, 1024);
   const char* log_env = std::getenv("QRIG_REQUEST_LOG");
   so.log_requests = !a.has("--no-request-log") && !(log_env && std::string(log_env) == "0");
+  const char* ignore_env = std::getenv("QRIG_IGNORE_UNSUPPORTED_FIELDS");
+  so.ignore_unsupported_fields = a.has("--ignore-unsupported-fields") || (ignore_env && std::string(ignore_env) == "1");
   const long long grace_s = set.integer("--shutdown-timeout", 0, 86400);
 
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";

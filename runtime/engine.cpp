@@ -1,4 +1,5 @@
-// Engine scheduler: admission with prefix reuse, chunked prefill mixed with decode, sampling, finishing.
+// Engine scheduler: admission with prefix reuse, chunked prefill mixed with decode, sampling, finishing, and
+// sample groups (one prefill, then each sample from the prompt's snapshot in the same slot).
 #include "runtime/engine.h"
 
 #include <algorithm>
@@ -27,11 +28,24 @@ const char* finish_name(Finish f) {
   return "?";
 }
 
+// The shared prefill of a sample group (submit_group). Touched by the worker thread only.
+struct Engine::Group {
+  std::shared_ptr<Snapshot> snap;  // the slot's state after the prompt
+  std::vector<float> logits;       // the logits after the prompt: every sample's first token is drawn from them
+  int slot = -1;                   // the slot whose KV entries below the prompt's end are the prompt's
+  bool ready = false;              // snap and logits are set, and the slot still holds the prompt
+  bool broken = false;             // the first sample ended before `ready`, or the slot's state was lost:
+                                   // the samples still waiting prefill on their own like any request
+};
+
 struct Engine::Active {
   uint64_t id = 0;
   Request req;
   Callbacks cb;
   std::unique_ptr<Sampler> sampler;
+  std::shared_ptr<Group> group;  // a sample of a group (the first one prefills for all)
+  bool leads_group = false;
+  bool first_from_group = false;  // started from the group's snapshot: the first token comes from its logits
   int slot = -1;
   size_t prefilled = 0;          // prompt tokens already in the slot's state
   int64_t cached = 0;
@@ -74,7 +88,7 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
 }
 
-uint64_t Engine::submit(Request req, Callbacks cb) {
+std::unique_ptr<Engine::Active> Engine::make_active(Request req, Callbacks cb) const {
   const int64_t ctx = backend_->context_length();
   if (req.prompt.empty()) throw EngineError("the prompt is empty");
   if ((int64_t)req.prompt.size() >= ctx)
@@ -86,19 +100,46 @@ uint64_t Engine::submit(Request req, Callbacks cb) {
   if (req.max_tokens < 0 || req.max_tokens > room) req.max_tokens = room;
   auto a = std::make_unique<Active>();
   a->sampler = std::make_unique<Sampler>(req.sampling, (int32_t)backend_->plan().vocab_real);
+  if (req.min_tokens > 0) a->sampler->set_suppressed(req.stop_tokens);  // throws for ids outside the vocabulary
   a->req = std::move(req);
   a->cb = std::move(cb);
+  return a;
+}
+
+uint64_t Engine::submit(Request req, Callbacks cb) {
+  std::vector<Request> reqs;
+  reqs.push_back(std::move(req));
+  std::vector<Callbacks> cbs;
+  cbs.push_back(std::move(cb));
+  return submit_group(std::move(reqs), std::move(cbs)).front();
+}
+
+std::vector<uint64_t> Engine::submit_group(std::vector<Request> reqs, std::vector<Callbacks> cbs) {
+  if (reqs.empty() || reqs.size() != cbs.size()) throw EngineError("a group needs one callback set per request");
+  for (const Request& r : reqs)
+    if (r.prompt != reqs.front().prompt) throw EngineError("the samples of a group must share one prompt");
+  std::vector<std::unique_ptr<Active>> made;
+  for (size_t i = 0; i < reqs.size(); ++i) made.push_back(make_active(std::move(reqs[i]), std::move(cbs[i])));
+  if (made.size() > 1) {
+    auto g = std::make_shared<Group>();
+    for (auto& a : made) a->group = g;
+    made.front()->leads_group = true;
+  }
   std::lock_guard<std::mutex> lk(mu_);
   if (!accepting_) throw EngineError("the engine is shutting down");
   const int64_t waiting = (int64_t)queue_.size() - std::max<int64_t>(0, free_slots_.load());
   if (waiting >= max_queue_) throw QueueFull(fmt::format("the request queue is full ({} waiting)", waiting));
-  a->id = next_id_++;
-  a->start = Clock::now();
-  uint64_t id = a->id;
-  queue_.push_back(std::move(a));
+  std::vector<uint64_t> ids;
+  const Clock::time_point now = Clock::now();
+  for (auto& a : made) {
+    a->id = next_id_++;
+    a->start = now;
+    ids.push_back(a->id);
+    queue_.push_back(std::move(a));
+  }
   stats_.queued = (int64_t)queue_.size();
   cv_.notify_all();
-  return id;
+  return ids;
 }
 
 void Engine::cancel(uint64_t id) {
@@ -148,10 +189,12 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
     stats_.prompt_seconds_total += d.prompt_ms / 1000.0;
     stats_.generation_seconds_total += d.generation_ms / 1000.0;
   }
+  if (a.leads_group && !a.group->ready) a.group->broken = true;  // the first sample ended before its prefill did
   if (a.slot >= 0) {
     SlotCache& c = *cache_[(size_t)a.slot];
     c.tokens = std::move(a.history);
     if (reason == Finish::error || (int64_t)c.tokens.size() != backend_->position(a.slot)) {
+      if (a.group) a.group->broken = true;  // the slot no longer holds the prompt's KV entries
       c = SlotCache();
       try {
         backend_->reset(a.slot);  // state no longer known to match the tokens
@@ -170,15 +213,51 @@ void Engine::release(int slot) {
   active_[(size_t)slot].reset();
 }
 
-// Picks a free slot for the request at the queue front, reusing the longest cached prefix.
+// A waiting sample of a group whose prefill is done takes the group's slot as soon as it is free: restored from
+// the group's snapshot, its first token is drawn from the group's logits in the next step.
+void Engine::start_waiting_samples_locked() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Active& q = **it;
+    const std::shared_ptr<Group>& g = q.group;
+    if (!g || q.leads_group || g->broken || !g->ready || active_[(size_t)g->slot]) {
+      ++it;
+      continue;
+    }
+    try {
+      backend_->restore(g->slot, *g->snap);
+    } catch (const std::exception&) {  // the snapshot cannot be used: the remaining samples prefill themselves
+      g->broken = true;
+      ++it;
+      continue;
+    }
+    std::unique_ptr<Active> a = std::move(*it);
+    it = queue_.erase(it);
+    a->slot = g->slot;
+    a->prefilled = a->req.prompt.size();
+    a->cached = (int64_t)a->req.prompt.size();
+    a->history = a->req.prompt;
+    a->in_generation = true;
+    a->first_from_group = true;
+    a->first_token = Clock::now();
+    active_[(size_t)a->slot] = std::move(a);
+    --free_slots_;
+  }
+}
+
+// Picks a free slot for the first request in the queue that may start (samples of a group wait for the
+// group's prefill), reusing the longest cached prefix.
 std::vector<Engine::Failed> Engine::admit_locked() {
   std::vector<Failed> failed;
-  while (!queue_.empty()) {
+  start_waiting_samples_locked();
+  auto may_start = [](const std::unique_ptr<Active>& q) { return !q->group || q->leads_group || q->group->broken; };
+  while (true) {
+    auto next = std::find_if(queue_.begin(), queue_.end(), may_start);
+    if (next == queue_.end()) break;
     int best = -1;
     int64_t best_reuse = -1;
     int best_snap = -1;
     uint64_t best_use = UINT64_MAX;
-    const auto& prompt = queue_.front()->req.prompt;
+    const auto& prompt = (*next)->req.prompt;
     for (size_t s = 0; s < active_.size(); ++s) {
       if (active_[s]) continue;
       const SlotCache& c = *cache_[s];
@@ -201,8 +280,12 @@ std::vector<Engine::Failed> Engine::admit_locked() {
       }
     }
     if (best < 0) break;
-    std::unique_ptr<Active> a = std::move(queue_.front());
-    queue_.pop_front();
+    std::unique_ptr<Active> a = std::move(*next);
+    queue_.erase(next);
+    if (a->group && a->group->broken) {  // an ordinary request now
+      a->group.reset();
+      a->leads_group = false;
+    }
     SlotCache& c = *cache_[(size_t)best];
     a->slot = best;
     try {
@@ -291,6 +374,52 @@ bool Engine::update_running_locked() {
   return idle;
 }
 
+bool Engine::consume_row(Active& a, const float* row, const TopCandidates* top, const std::vector<bool>* allowed,
+                         const std::string& mask_error) {
+  const int64_t V = backend_->vocab_rows();
+  int32_t tok;
+  TokenEvent ev;
+  try {
+    if (!mask_error.empty()) throw std::runtime_error(mask_error);
+    if (top) {  // candidates selected on the device: the same draw as from the logits
+      tok = a.sampler->sample_top(*top);
+      ev.token = tok;
+      if (a.req.top_logprobs >= 0) {
+        ev.logprob = a.sampler->logprob_top(*top, tok);
+        if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs_top(*top, a.req.top_logprobs);
+      }
+    } else {
+      tok = a.sampler->sample(row, (int32_t)V, allowed);
+      ev.token = tok;
+      if (a.req.top_logprobs >= 0) {
+        ev.logprob = a.sampler->logprob(row, (int32_t)V, tok, allowed);
+        if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs(row, (int32_t)V, a.req.top_logprobs, allowed);
+      }
+    }
+    a.sampler->accept(tok);
+    if (a.req.constraint) a.req.constraint->accept(tok);
+  } catch (const std::exception& e) {
+    finish(a, Finish::error, e.what());
+    release(a.slot);
+    return false;
+  }
+  bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) != a.req.stop_tokens.end();
+  if (stop) {
+    finish(a, Finish::stop);
+    release(a.slot);
+    return false;
+  }
+  a.generated += 1;
+  a.last = tok;
+  if (a.cb.on_token) a.cb.on_token(ev);
+  if (a.generated >= a.req.max_tokens) {
+    finish(a, Finish::length);
+    release(a.slot);
+    return false;
+  }
+  return true;
+}
+
 void Engine::run_step() {
   // Decode tokens first (one each, they never wait behind a prompt), then prompt chunks with what is left of
   // the plan's tokens-per-step budget.
@@ -302,7 +431,7 @@ void Engine::run_step() {
   const size_t n_slots = active_.size();
   for (size_t k = 0; k < n_slots && budget > 0; ++k) {
     auto& a = active_[(decode_turn_ + k) % n_slots];
-    if (a && a->in_generation) {
+    if (a && a->in_generation && !a->first_from_group) {
       batch.push_back({a->slot, {a->last}, true});
       owners.push_back(a.get());
       --budget;
@@ -336,20 +465,31 @@ void Engine::run_step() {
       budget -= take_end - pos;
       any_prefill = true;
     }
-  if (batch.empty()) return;
+  // Samples of a group that started from its snapshot draw their first token from the group's logits (no
+  // backend row); they join the step's rows after the backend's.
+  std::vector<Active*> from_group;
+  for (auto& a : active_)
+    if (a && a->first_from_group) from_group.push_back(a.get());
+  if (batch.empty() && from_group.empty()) return;
   const int64_t n_real = backend_->plan().vocab_real;
-  // Per input wanting logits: the constraint's mask (decided by what was accepted so far), and whether the
+  // Per row wanting logits: the constraint's mask (decided by what was accepted so far), and whether the
   // backend may select the sampling candidates on its device instead of returning the logits (no mask; a
-  // top_k, or greedy, that its candidates cover, top_logprobs included).
-  std::vector<std::vector<bool>> masks(batch.size());
-  std::vector<char> masked(batch.size(), 0);
-  std::vector<std::string> mask_error(batch.size());  // the constraint failed: the request fails below
+  // top_k, or greedy, that its candidates cover, top_logprobs included; never the prompt end of a group's
+  // first sample, whose logits every sample of the group draws from).
+  const size_t n_rows = batch.size() + from_group.size();
+  auto owner = [&](size_t k) -> Active& { return k < batch.size() ? *owners[k] : *from_group[k - batch.size()]; };
+  auto wants = [&](size_t k) { return k >= batch.size() || batch[k].want_logits; };
+  std::vector<std::vector<bool>> masks(n_rows);
+  std::vector<char> masked(n_rows, 0);
+  std::vector<std::string> mask_error(n_rows);  // the constraint failed: the request fails below
   std::vector<Backend::Select> select(batch.size());
   const int32_t top_max = backend_->top_k_max();
-  for (size_t k = 0; k < batch.size(); ++k) {
-    if (!batch[k].want_logits) continue;
-    Active& a = *owners[k];
+  for (size_t k = 0; k < n_rows; ++k) {
+    if (!wants(k)) continue;
+    Active& a = owner(k);
     try {
+      if (a.req.min_tokens > 0 && a.generated >= a.req.min_tokens && !a.sampler->suppressed().empty())
+        a.sampler->set_suppressed({});  // the minimum is reached: end-of-generation may come now
       if (a.req.constraint) {
         masks[k].assign((size_t)n_real, false);
         masked[k] = a.req.constraint->allowed(masks[k]);
@@ -358,85 +498,63 @@ void Engine::run_step() {
       mask_error[k] = e.what();
       continue;
     }
-    if (masked[k] || top_max <= 0) continue;
+    if (k >= batch.size() || masked[k] || top_max <= 0) continue;
+    if (a.leads_group && !a.in_generation) continue;  // the group's logits are needed whole
     const SamplingParams& p = a.sampler->params();
     const int32_t want = std::max<int32_t>(p.temperature == 0.0f ? 1 : p.top_k, std::max(0, a.req.top_logprobs));
     if (want <= top_max && a.sampler->can_pick_from_top(want)) select[k] = {a.sampler.get(), want};
   }
   std::vector<std::vector<float>> logits;
   std::vector<std::optional<TopCandidates>> top;
-  try {
-    logits = backend_->step_select(batch, select, top);
-  } catch (const std::exception& e) {
-    for (Active* a : owners) {
-      finish(*a, Finish::error, e.what());
-      release(a->slot);
+  bool step_failed = false;
+  if (!batch.empty()) {
+    try {
+      logits = backend_->step_select(batch, select, top);
+    } catch (const std::exception& e) {
+      step_failed = true;
+      for (Active* a : owners) {
+        finish(*a, Finish::error, e.what());
+        release(a->slot);
+      }
     }
-    return;
   }
-  const int64_t V = backend_->vocab_rows();
-  for (size_t k = 0; k < batch.size(); ++k) {
-    Active& a = *owners[k];
+  for (size_t k = 0; k < n_rows; ++k) {
+    if (k < batch.size() && step_failed) continue;  // finished above
+    Active& a = owner(k);
+    if (k >= batch.size()) {
+      a.first_from_group = false;
+      consume_row(a, a.group->logits.data(), nullptr, masked[k] ? &masks[k] : nullptr, mask_error[k]);
+      continue;
+    }
     a.history.insert(a.history.end(), batch[k].tokens.begin(), batch[k].tokens.end());
     if (!a.in_generation) {
       a.prefilled += batch[k].tokens.size();
       if (!batch[k].want_logits) continue;
       // Prompt complete: snapshot the recurrent state here for later requests sharing this prompt, within the
       // plan's budget of snapshots per slot (the oldest goes first, before the new one is taken). A snapshot is
-      // an optimisation: when it cannot be taken (device memory), the request goes on without it.
+      // an optimisation: when it cannot be taken (device memory), the request goes on without it. A group's
+      // first sample keeps the snapshot and the logits for the other samples (without them they prefill).
       SlotCache& c = *cache_[(size_t)a.slot];
       const size_t budget = (size_t)std::max<int64_t>(0, backend_->plan().memory.snapshots_per_slot);
       try {
         while (!c.snaps.empty() && c.snaps.size() >= budget) c.snaps.erase(c.snaps.begin());
-        if (budget > 0) c.snaps.push_back({a.req.prompt, backend_->save(a.slot)});
+        std::shared_ptr<Snapshot> snap;
+        if (budget > 0 || a.leads_group) snap = backend_->save(a.slot);
+        if (budget > 0) c.snaps.push_back({a.req.prompt, snap});
+        if (a.leads_group && !a.group->broken && k < logits.size() && !logits[k].empty()) {
+          a.group->snap = std::move(snap);
+          a.group->logits = logits[k];
+          a.group->slot = a.slot;
+          a.group->ready = true;
+        }
       } catch (const std::exception&) {
         c.snaps.clear();  // and free the older ones: memory is short
       }
       a.in_generation = true;
       a.first_token = Clock::now();
     }
-    int32_t tok;
-    TokenEvent ev;
-    try {
-      if (!mask_error[k].empty()) throw std::runtime_error(mask_error[k]);
-      const std::vector<bool>* allowed = masked[k] ? &masks[k] : nullptr;
-      if (k < top.size() && top[k]) {  // candidates selected on the device: the same draw as from the logits
-        const TopCandidates& c = *top[k];
-        tok = a.sampler->sample_top(c);
-        ev.token = tok;
-        if (a.req.top_logprobs >= 0) {
-          ev.logprob = a.sampler->logprob_top(c, tok);
-          if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs_top(c, a.req.top_logprobs);
-        }
-      } else {
-        const float* row = logits[k].data();
-        tok = a.sampler->sample(row, (int32_t)V, allowed);
-        ev.token = tok;
-        if (a.req.top_logprobs >= 0) {
-          ev.logprob = a.sampler->logprob(row, (int32_t)V, tok, allowed);
-          if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs(row, (int32_t)V, a.req.top_logprobs, allowed);
-        }
-      }
-      a.sampler->accept(tok);
-      if (a.req.constraint) a.req.constraint->accept(tok);
-    } catch (const std::exception& e) {
-      finish(a, Finish::error, e.what());
-      release(a.slot);
-      continue;
-    }
-    bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) != a.req.stop_tokens.end();
-    if (stop) {
-      finish(a, Finish::stop);
-      release(a.slot);
-      continue;
-    }
-    a.generated += 1;
-    a.last = tok;
-    if (a.cb.on_token) a.cb.on_token(ev);
-    if (a.generated >= a.req.max_tokens) {
-      finish(a, Finish::length);
-      release(a.slot);
-    }
+    const TopCandidates* t = k < top.size() && top[k] ? &*top[k] : nullptr;
+    consume_row(a, t ? nullptr : logits[k].data(), t, masked[k] ? &masks[k] : nullptr, mask_error[k]);
   }
   std::lock_guard<std::mutex> lk(mu_);
   int64_t used = 0;

@@ -2,6 +2,9 @@
 // One scheduler thread owns the backend and runs continuous batching over its slots: requests join running
 // decode batches, long prompts are prefilled in chunks so they do not stall others, finished slots keep their
 // state for prefix reuse (recurrent state snapshots at prompt ends, since GDN state cannot be rolled back).
+// Several samples of one prompt (OpenAI `n`) share one prefill: submit_group() prefills the prompt once, keeps
+// the state snapshot and the logits at its end, and runs the samples one after another in that slot, each
+// restored from the snapshot (KV entries below the prompt's end are still the prompt's: append-only).
 #pragma once
 
 #include <atomic>
@@ -51,6 +54,9 @@ struct Request {
   std::vector<int32_t> stop_tokens;   // end of generation (not counted as output text)
   int32_t top_logprobs = -1;          // -1: no logprobs; 0: the chosen token's; n: also the n most likely
   std::shared_ptr<TokenConstraint> constraint;
+  // Until this many tokens are generated, stop_tokens cannot be sampled (vLLM's min_tokens). Through the
+  // sampler's suppressed ids, so device candidate selection applies it too.
+  int64_t min_tokens = 0;
 };
 
 struct TokenEvent {
@@ -89,6 +95,11 @@ class Engine {
   // Queues a request; returns its id. Throws ContextOverflow (prompt does not fit), QueueFull, EngineError
   // (bad request, engine stopping). Callbacks run on the engine thread.
   uint64_t submit(Request req, Callbacks cb);
+  // Several samples of one prompt (every request's prompt must be the same; sampling, limits and constraints
+  // may differ): the prompt is prefilled once, by the first; the others start from its state snapshot and its
+  // last logits in the same slot, one after another (each cached_tokens = the prompt). Ids in request order,
+  // each with its own callbacks and cancel(). Throws like submit() (nothing is queued then).
+  std::vector<uint64_t> submit_group(std::vector<Request> reqs, std::vector<Callbacks> cbs);
   void cancel(uint64_t id);  // no-op for unknown or finished ids; on_done(cancelled) within one step
   // Stops accepting requests; with finish=true waits for running and queued ones, else cancels them.
   void shutdown(bool finish);
@@ -102,6 +113,13 @@ class Engine {
  private:
   struct Active;
   struct SlotCache;
+  struct Group;
+  std::unique_ptr<Active> make_active(Request req, Callbacks cb) const;
+  // Samples and hands out the next token of `a` from one row: logits (with the constraint's mask) or
+  // device-selected candidates. Returns false when `a` finished (and its slot was released).
+  bool consume_row(Active& a, const float* logits, const TopCandidates* top, const std::vector<bool>* allowed,
+                   const std::string& mask_error);
+  void start_waiting_samples_locked();  // group samples whose slot is free start from the group's snapshot
   void loop();
   // Requests whose slot could not be prepared; finish() them without holding mu_ (it takes mu_).
   struct Failed {

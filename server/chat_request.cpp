@@ -2,6 +2,7 @@
 #include "server/chat_request.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -107,18 +108,14 @@ ToolChoice parse_tool_choice(const Json& body, bool has_tools) {
 
 }  // namespace
 
-ChatRequest parse_chat_request(const Json& body, const ServedModel& model) {
+ChatRequest parse_chat_request(const Json& body, const ServedModel& model, const FieldPolicy& policy) {
   ChatRequest c;
   std::set<std::string> known = {"messages", "tools", "tool_choice", "parallel_tool_calls", "logprobs",
-                                 "top_logprobs", "response_format", "chat_template_kwargs", "add_generation_prompt",
-                                 "parse_special"};
-  reject_unsupported(body, {{"functions", "the legacy function API is not served; use 'tools'"},
-                            {"grammar", "GBNF grammars are not supported; use 'response_format' with a JSON schema"},
-                            {"json_schema", "use 'response_format': {\"type\": \"json_schema\", ...}"},
-                            {"function_call", "the legacy function API is not served; use 'tool_choice'"},
-                            {"audio", "this server generates text only"},
-                            {"prediction", "predicted outputs are not implemented"},
-                            {"web_search_options", "this server has no web search"}});
+                                 "top_logprobs", "chat_template_kwargs", "add_generation_prompt", "parse_special",
+                                 "enable_thinking", "reasoning_effort", "continue_final_message", "include_reasoning",
+                                 "reasoning_format", "thinking_token_budget"};
+  std::string refused;
+  check_table_fields(body, Endpoint::chat, policy, known, refused);
   if (auto mod = body.find("modalities"); mod != body.end() && !mod->is_null()) {
     known.insert("modalities");
     if (!mod->is_array()) bad("modalities", "'modalities' must be an array");
@@ -153,31 +150,20 @@ ChatRequest parse_chat_request(const Json& body, const ServedModel& model) {
     if (!found) bad("tool_choice", fmt::format("'tool_choice' names function '{}', which is not in 'tools'", c.choice.name));
   }
   c.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
-
-  // response_format: null/text (free), json_object (any object), json_schema (that schema).
-  std::optional<Json> json_schema;
-  if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      bad("response_format", "'response_format' must be an object with a string 'type'");
-    const std::string type = (*rf)["type"].get<std::string>();
-    if (type == "json_object") {
-      json_schema = Json::object();
-    } else if (type == "json_schema") {
-      auto js = rf->find("json_schema");
-      if (js == rf->end() || !js->is_object())
-        bad("response_format", "'response_format.json_schema' must be an object {\"name\", \"schema\"}");
-      auto sc = js->find("schema");
-      json_schema = sc == js->end() || sc->is_null() ? Json::object() : *sc;
-      if (!json_schema->is_object() && !json_schema->is_boolean())
-        bad("response_format", "'response_format.json_schema.schema' must be a JSON Schema object");
-    } else if (type != "text") {
-      bad("response_format", fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", "
-                                         "got \"{}\"", type));
-    }
+  c.include_reasoning = get_bool(body, "include_reasoning").value_or(true);
+  if (auto rf = get_string(body, "reasoning_format")) {
+    if (*rf == "none") c.parse_reasoning = false;
+    else if (*rf == "deepseek-legacy")
+      throw ApiError(ErrorKind::unsupported, "'reasoning_format' \"deepseek-legacy\" (the tags kept in the content as well) "
+                     "is not supported", "reasoning_format");
+    else if (*rf != "auto" && *rf != "deepseek")
+      bad("reasoning_format", fmt::format("'reasoning_format' must be \"auto\", \"deepseek\" or \"none\", got \"{}\"", *rf));
   }
+
+  const OutputSpec spec = parse_output_spec(body, known);
   const bool forced_call = c.choice.mode == ToolChoice::Mode::required || c.choice.mode == ToolChoice::Mode::named;
-  if (forced_call && json_schema)
-    bad("response_format", "'response_format' JSON and a forced tool call ('tool_choice') cannot be combined");
+  if (forced_call && spec.kind != OutputSpec::Kind::none)
+    bad(spec.param, fmt::format("'{}' and a forced tool call ('tool_choice') cannot be combined", spec.param));
 
   const bool logprobs = get_bool(body, "logprobs").value_or(false);
   const auto top = get_int(body, "top_logprobs", 0, 20);
@@ -194,41 +180,76 @@ ChatRequest parse_chat_request(const Json& body, const ServedModel& model) {
   try {
     rendered = text::render_chat_request_with_spans(body);
   } catch (const text::ChatError& e) {
-    bad("messages", e.what());
+    const std::string m = e.what();
+    bad(m.find("enable_thinking") != std::string::npos   ? "enable_thinking"
+        : m.find("reasoning_effort") != std::string::npos ? "reasoning_effort"
+        : m.find("continue_final_message") != std::string::npos ? "continue_final_message"
+                                                                 : "messages",
+        m);
   }
-  const std::string& prompt = rendered.text;
-  c.thinking = prompt.size() >= 8 && prompt.compare(prompt.size() - 8, 8, "<think>\n") == 0;
+  c.thinking = rendered.output_in_reasoning;
+  c.continued = rendered.continued;
+  if (c.continued && !c.thinking && (forced_call || spec.kind != OutputSpec::Kind::none))
+    bad("messages", "a continued assistant message (assistant prefill) cannot be combined with constrained output "
+                    "('response_format', guided fields, or a forced tool call): the constraint would start over after "
+                    "the prefill");
 
   c.gen.sampling = runtime::SamplingParams::qwen_defaults(c.thinking);
   parse_common(body, c.gen, model.tokenizer->n_real(), -1, known);
   c.gen.top_logprobs = logprobs ? (int32_t)top.value_or(0) : -1;
   if (c.choice.mode == ToolChoice::Mode::none && !c.tools.is_null() && model.tool_call_token)
     c.gen.sampling.logit_bias.emplace_back(*model.tool_call_token, -100.0f);  // "none" means no call, enforced
-  try {
-    if (forced_call) {
-      std::optional<std::string> name;
-      if (c.choice.mode == ToolChoice::Mode::named) name = c.choice.name;
-      auto g = text::TokenGrammar::tool_call(body["tools"], name, c.parallel_tool_calls, c.thinking, model.grammar_vocab);
-      c.constraint = std::make_shared<GrammarConstraint>(std::move(g), model.tokenizer, false);
-    } else if (json_schema) {
-      auto g = text::TokenGrammar::json_schema(*json_schema, model.grammar_vocab);
-      c.constraint = std::make_shared<GrammarConstraint>(std::move(g), model.tokenizer, c.thinking);
+
+  std::vector<ConstraintMaker> parts;
+  if (forced_call) {
+    std::optional<std::string> name;
+    if (c.choice.mode == ToolChoice::Mode::named) name = c.choice.name;
+    const Json tools = body["tools"];
+    const bool parallel = c.parallel_tool_calls, thinking = c.thinking;
+    auto vocab = model.grammar_vocab;
+    auto tok = model.tokenizer;
+    auto build = [tools, name, parallel, thinking, vocab, tok]() -> std::shared_ptr<runtime::TokenConstraint> {
+      return std::make_shared<GrammarConstraint>(text::TokenGrammar::tool_call(tools, name, parallel, thinking, vocab), tok,
+                                                 false);
+    };
+    try {
+      build();  // a tool set the grammar cannot honour is a 400 now
+    } catch (const text::GrammarError& e) {
+      throw ApiError(ErrorKind::invalid_request, std::string("cannot constrain the output: ") + e.what(), "tools");
     }
-  } catch (const text::GrammarError& e) {
-    throw ApiError(ErrorKind::invalid_request, std::string("cannot constrain the output: ") + e.what(),
-                   forced_call ? "tools" : "response_format");
+    parts.push_back(build);
+  } else if (spec.kind != OutputSpec::Kind::none) {
+    parts.push_back(output_constraint(spec, model, c.thinking));
   }
-  c.prompt = text::encode_chat(*model.tokenizer, rendered, !parse_special);
+  if (!c.gen.allowed_token_ids.empty()) {
+    const std::vector<int32_t> ids = c.gen.allowed_token_ids;
+    const size_t n_real = (size_t)model.tokenizer->n_real();
+    parts.push_back([ids, n_real]() { return std::make_shared<AllowedTokens>(ids, n_real); });
+  }
+  if (auto budget = get_int(body, "thinking_token_budget", 0, std::numeric_limits<int32_t>::max()); budget && c.thinking) {
+    std::optional<int32_t> end = model.tokenizer->find_token("</think>");
+    if (!end) throw ApiError(ErrorKind::unsupported, "this vocabulary has no single </think> token", "thinking_token_budget");
+    const int64_t b = *budget;
+    const int32_t e = *end;
+    parts.push_back([b, e]() { return std::make_shared<ThinkingBudget>(b, e); });
+  }
+  if (c.gen.min_tokens > 0 && !parts.empty())
+    bad("min_tokens", "'min_tokens' cannot be combined with constrained output: the constraint may have to end the output");
+  c.make_constraint = combine(std::move(parts));
+  c.prompt = truncated_prompt(text::encode_chat(*model.tokenizer, rendered, !parse_special), c.gen,
+                              model.engine->context_length());
   std::string unknown = unknown_fields(body, known);
+  if (!refused.empty()) append_name(unknown, refused);
   if (!unknown.empty()) c.ignored = unknown + (c.ignored.empty() ? "" : "," + c.ignored);
   return c;
 }
 
 ChatOutput::ChatOutput(const ChatRequest& req, const ServedModel& model)
     : model_(model),
-      parser_(req.choice.mode == ToolChoice::Mode::none ? nlohmann::json() : req.tools, req.thinking),
+      parser_(req.choice.mode == ToolChoice::Mode::none ? nlohmann::json() : req.tools, req.thinking && req.parse_reasoning),
       thinking_(req.thinking),
       parallel_(req.parallel_tool_calls),
+      include_reasoning_(req.include_reasoning),
       think_end_(model.tokenizer->find_token("</think>")) {}
 
 ChatOutput::Fed ChatOutput::feed(const Generation::Step& step, Generation& gen) {
@@ -237,6 +258,7 @@ ChatOutput::Fed ChatOutput::feed(const Generation::Step& step, Generation& gen) 
   // Keeps the deltas the output allows; true once the output has ended (one call, no parallel calls).
   auto take = [&](std::vector<text::Delta>&& ds) {
     for (auto& d : ds) {
+      if (!include_reasoning_ && d.kind == text::Delta::Kind::reasoning) continue;
       if (!parallel_ && any_call_ && !(d.kind == text::Delta::Kind::tool_call_arguments && d.index == 0)) break;
       if (d.kind == text::Delta::Kind::tool_call_start) any_call_ = true;
       fed.deltas.push_back(std::move(d));

@@ -1,6 +1,8 @@
 // Internal to server/: a chat-completions request read and validated (tools, tool_choice, logprobs,
-// response_format, the rendered and tokenized prompt, sampling), and ChatOutput, which turns generated text
-// into OpenAI message deltas (reasoning / content / tool calls) for both the streamed and the whole response.
+// response_format and the other output constraints, the rendered and tokenized prompt, sampling), and
+// ChatOutput, which turns generated text into message deltas (reasoning / content / tool calls) for both the
+// streamed and the whole response. The Anthropic Messages and OpenAI Responses endpoints convert their
+// requests into a chat body and use the same two.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/constraint.h"
 #include "server/generation.h"
+#include "server/request_fields.h"
 #include "server/request_parse.h"
 #include "text/output_parser.h"
 
@@ -26,14 +30,17 @@ struct ChatRequest {
   ToolChoice choice;
   bool parallel_tool_calls = true;
   bool thinking = false;  // the prompt opens a <think> block (output starts in the reasoning)
+  bool include_reasoning = true;  // false (vLLM include_reasoning): the reasoning is left out of the response
+  bool parse_reasoning = true;    // false (llama.cpp reasoning_format "none"): the reasoning stays in the content
+  bool continued = false;         // the last (assistant) message is continued
   GenParams gen;
-  std::shared_ptr<runtime::TokenConstraint> constraint;  // tool_choice required/named, response_format json
+  ConstraintMaker make_constraint;  // tool_choice required/named, the output spec, allowed ids, thinking budget
   std::vector<int32_t> prompt;
-  std::string ignored;  // unknown fields, comma-separated
+  std::string ignored;  // unknown (or, with FieldPolicy::ignore_unsupported, refused) fields, comma-separated
 };
 
 // Throws ApiError for anything invalid or unsupported (see docs/server.md).
-ChatRequest parse_chat_request(const Json& body, const ServedModel& model);
+ChatRequest parse_chat_request(const Json& body, const ServedModel& model, const FieldPolicy& policy = {});
 
 // What the chat template would render silently but is a malformed request: a user, system or tool message
 // without content, a reasoning_content that is not a string. Throws ApiError(invalid_request, "messages").
@@ -42,6 +49,7 @@ void check_messages(const Json& messages);
 class ChatOutput {
  public:
   ChatOutput(const ChatRequest& req, const ServedModel& model);
+  // The parser's view of the output: reasoning first (thinking), and tool calls when the request allows them.
   // The deltas for one generation step (the parser's held-back text is released when step.done), and how
   // many of the step's tokens they used. Applies parallel_tool_calls = false: the output ends with the first
   // complete call (later tokens are dropped, the generation is stopped, finish reason "tool_calls").
@@ -62,6 +70,7 @@ class ChatOutput {
   text::OutputStreamParser parser_;
   bool thinking_;
   bool parallel_;
+  bool include_reasoning_;
   std::optional<int32_t> think_end_;
   bool think_closed_ = false;
   int64_t reasoning_tokens_ = 0;

@@ -57,4 +57,19 @@ nlohmann::json error_body(const ApiError& e) {
   return {{"error", std::move(err)}};
 }
 
+nlohmann::json anthropic_error_body(const ApiError& e) {
+  const int status = error_spec(e.kind).status;
+  const char* type = status == 401   ? "authentication_error"
+                     : status == 403 ? "permission_error"
+                     : status == 404 ? "not_found_error"
+                     : status == 413 ? "request_too_large"
+                     : status == 429 ? "rate_limit_error"
+                     : status == 503 ? "overloaded_error"
+                     : status >= 500 ? "api_error"
+                                     : "invalid_request_error";
+  std::string message = e.what();
+  if (!e.param.empty() && message.find(e.param) == std::string::npos) message = e.param + ": " + message;
+  return {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+}
+
 }  // namespace qrig::server

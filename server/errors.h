@@ -1,6 +1,7 @@
 // Every error the HTTP API returns: one kind per failure class, one table (errors.cpp) mapping each kind to
 // its HTTP status and OpenAI error `type` / `code`, and the OpenAI error object
 //   {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null, <extra fields>}}
+// (and Anthropic's shape for its Messages API routes).
 // Handlers throw ApiError; the HTTP layer turns it into a response, so no handler formats errors itself.
 #pragma once
 
@@ -51,5 +52,10 @@ struct ApiError : std::runtime_error {
 
 // {"error": {...}} for an ApiError.
 nlohmann::json error_body(const ApiError& e);
+
+// Anthropic's error shape for the Messages API: {"type": "error", "error": {"type", "message"}}, the type
+// from the HTTP status as Anthropic names them (invalid_request_error, authentication_error,
+// not_found_error, request_too_large, rate_limit_error, api_error, overloaded_error).
+nlohmann::json anthropic_error_body(const ApiError& e);
 
 }  // namespace qrig::server

@@ -31,14 +31,50 @@ nlohmann::json token_bytes(const text::Tokenizer& tok, int32_t id) {
   return a;
 }
 
-Generation::Generation(std::shared_ptr<const ServedModel> model, runtime::Request req, Options opt)
-    : model_(std::move(model)), q_(std::make_shared<Queue>()), decoder_(*model_->tokenizer), stop_(opt.stop), skip_special_(opt.skip_special) {
-  runtime::Engine& engine = *model_->engine;
+namespace {
+
+// Runs submit; turns the engine's refusals into API errors.
+template <class Submit>
+void submit_or_throw(const std::string& prompt_param, Submit&& submit) {
+  try {
+    submit();
+  } catch (const runtime::ContextOverflow& e) {
+    ApiError err(ErrorKind::context_overflow,
+                 fmt::format("the request exceeds the available context size: the prompt has {} tokens, the context "
+                             "holds {} (prompt plus at least one generated token); shorten the prompt",
+                             e.n_prompt, e.n_ctx),
+                 prompt_param);
+    err.extra = {{"n_prompt_tokens", e.n_prompt}, {"n_ctx", e.n_ctx}};
+    throw err;
+  } catch (const runtime::QueueFull& e) {
+    throw ApiError(ErrorKind::queue_full, std::string("the server is busy: ") + e.what() + "; retry later");
+  } catch (const runtime::EngineError& e) {
+    // Empty prompts and bad ids are checked before; what is left is the engine refusing new work.
+    throw ApiError(ErrorKind::unavailable, e.what());
+  } catch (const std::invalid_argument& e) {
+    throw ApiError(ErrorKind::invalid_request, e.what());
+  }
+}
+
+}  // namespace
+
+Generation::Generation(std::shared_ptr<const ServedModel> model, Options opt)
+    : model_(std::move(model)),
+      q_(std::make_shared<Queue>()),
+      decoder_(*model_->tokenizer),
+      stop_(opt.stop),
+      skip_special_(opt.skip_special),
+      include_stop_(opt.include_stop) {}
+
+void Generation::check_prompt(const ServedModel& model, const runtime::Request& req, const Options& opt) {
   if (req.prompt.empty()) throw ApiError(ErrorKind::invalid_request, "the prompt is empty", opt.prompt_param);
   for (int32_t t : req.prompt)
-    if (t < 0 || t >= model_->tokenizer->n_vocab())
+    if (t < 0 || t >= model.tokenizer->n_vocab())
       throw ApiError(ErrorKind::invalid_request,
-                     fmt::format("token id {} is out of range [0, {})", t, model_->tokenizer->n_vocab()), opt.prompt_param);
+                     fmt::format("token id {} is out of range [0, {})", t, model.tokenizer->n_vocab()), opt.prompt_param);
+}
+
+runtime::Callbacks Generation::callbacks() const {
   runtime::Callbacks cb;
   std::shared_ptr<Queue> q = q_;
   cb.on_token = [q](const runtime::TokenEvent& ev) {
@@ -55,28 +91,32 @@ Generation::Generation(std::shared_ptr<const ServedModel> model, runtime::Reques
     }
     q->cv.notify_all();
   };
-  try {
-    id_ = engine.submit(std::move(req), std::move(cb));
-  } catch (const runtime::ContextOverflow& e) {
-    ApiError err(ErrorKind::context_overflow,
-                 fmt::format("the request exceeds the available context size: the prompt has {} tokens, the context "
-                             "holds {} (prompt plus at least one generated token); shorten the prompt",
-                             e.n_prompt, e.n_ctx),
-                 opt.prompt_param);
-    err.extra = {{"n_prompt_tokens", e.n_prompt}, {"n_ctx", e.n_ctx}};
-    throw err;
-  } catch (const runtime::QueueFull& e) {
-    throw ApiError(ErrorKind::queue_full, std::string("the server is busy: ") + e.what() + "; retry later");
-  } catch (const runtime::EngineError& e) {
-    // Empty prompts and bad ids are checked above; what is left is the engine refusing new work.
-    throw ApiError(ErrorKind::unavailable, e.what());
-  } catch (const std::invalid_argument& e) {
-    throw ApiError(ErrorKind::invalid_request, e.what());
+  return cb;
+}
+
+Generation::Generation(std::shared_ptr<const ServedModel> model, runtime::Request req, Options opt)
+    : Generation(std::move(model), opt) {
+  check_prompt(*model_, req, opt);
+  submit_or_throw(opt.prompt_param, [&] { id_ = model_->engine->submit(std::move(req), callbacks()); });
+}
+
+std::vector<std::unique_ptr<Generation>> Generation::group(std::shared_ptr<const ServedModel> model,
+                                                           std::vector<runtime::Request> reqs, const Options& opt) {
+  std::vector<std::unique_ptr<Generation>> gens;
+  std::vector<runtime::Callbacks> cbs;
+  for (const runtime::Request& r : reqs) {
+    check_prompt(*model, r, opt);
+    gens.push_back(std::unique_ptr<Generation>(new Generation(model, opt)));
+    cbs.push_back(gens.back()->callbacks());
   }
+  std::vector<uint64_t> ids;
+  submit_or_throw(opt.prompt_param, [&] { ids = model->engine->submit_group(std::move(reqs), std::move(cbs)); });
+  for (size_t i = 0; i < gens.size(); ++i) gens[i]->id_ = ids[i];
+  return gens;
 }
 
 Generation::~Generation() {
-  if (!done_) model_->engine->cancel(id_);
+  if (!done_ && id_ != 0) model_->engine->cancel(id_);
 }
 
 void Generation::cancel() {
@@ -109,6 +149,7 @@ void Generation::finish_text(Step& step) {
   std::string tail = decoder_.flush();
   text::StopMatcher::Result r = stop_.feed(tail);
   step.tail += r.text;
+  if (r.stopped && include_stop_) step.tail += stop_.matched();
   if (r.stopped) {
     stopped_ = true;
     early_reason_ = "stop";
@@ -137,6 +178,7 @@ Generation::Step Generation::next(std::chrono::milliseconds wait) {
     step.tokens.push_back(ev);
     const bool silent = skip_special_ && model_->silent_token[(size_t)ev.token];
     text::StopMatcher::Result r = stop_.feed(silent ? std::string() : decoder_.push(ev.token));
+    if (r.stopped && include_stop_) r.text += stop_.matched();
     step.pieces.push_back(std::move(r.text));
     if (r.stopped) {
       stopped_ = true;

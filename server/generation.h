@@ -29,11 +29,15 @@ class Generation {
     std::vector<std::string> stop;
     std::string prompt_param = "messages";  // the field blamed when the prompt does not fit
     bool skip_special = true;  // control tokens (<|im_start|>, vision markers...) add no text, like vLLM
+    bool include_stop = false;  // a matched stop string stays in the text (vLLM include_stop_str_in_output)
   };
   // Submits the request. Throws ApiError: context_overflow (with n_prompt_tokens / n_ctx), queue_full,
   // unavailable (engine shutting down), invalid_request (empty prompt, token id out of range, sampling
   // parameters the sampler refuses).
   Generation(std::shared_ptr<const ServedModel> model, runtime::Request req, Options opt);
+  // Samples of one prompt (OpenAI n): one prefill, through Engine::submit_group. Throws as the constructor.
+  static std::vector<std::unique_ptr<Generation>> group(std::shared_ptr<const ServedModel> model,
+                                                        std::vector<runtime::Request> reqs, const Options& opt);
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
@@ -61,6 +65,8 @@ class Generation {
   bool done() const { return done_; }
   // "stop", "length", "cancelled" (client gone or server shutting down), "error", or stop_early's reason.
   const std::string& finish_reason() const { return finish_reason_; }
+  // The stop string that ended the output ("" if none did).
+  const std::string& stop_string() const { return stop_.matched(); }
   const std::string& error() const { return error_; }
   // The engine cancelled the request on its own (server shutdown), not this object.
   bool cancelled_by_engine() const { return done_ && finish_reason_ == "cancelled" && !cancel_requested_; }
@@ -83,6 +89,9 @@ class Generation {
     std::optional<runtime::DoneEvent> done;
   };
   void finish_text(Step& step);
+  Generation(std::shared_ptr<const ServedModel> model, Options opt);  // not submitted yet
+  static void check_prompt(const ServedModel& model, const runtime::Request& req, const Options& opt);
+  runtime::Callbacks callbacks() const;
 
   std::shared_ptr<const ServedModel> model_;
   std::shared_ptr<Queue> q_;
@@ -90,6 +99,7 @@ class Generation {
   text::StreamDecoder decoder_;
   text::StopMatcher stop_;
   bool skip_special_;
+  bool include_stop_;
   bool stopped_ = false;            // stop string matched or stop_early: later tokens are dropped
   bool cancel_requested_ = false;
   bool done_ = false;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@ namespace qrig::server {
 
 struct Context {
   ServerOptions opt;
+  std::vector<std::string> api_keys;  // api_keys_of(opt): empty means no authentication
   Metrics metrics;
   std::atomic<bool> draining{false};
   mutable std::mutex mu;
@@ -33,7 +35,8 @@ using ModelPtr = std::shared_ptr<const ServedModel>;
 
 void send_json(Response& res, int status, const nlohmann::json& body);
 void send_json(Response& res, int status, const nlohmann::ordered_json& body);
-void send_error(Response& res, const ApiError& e);
+// anthropic: the error in Anthropic's shape (the Messages API routes).
+void send_error(Response& res, const ApiError& e, bool anthropic = false);
 // Fields of the request nobody reads: reported in the X-Qrig-Ignored-Fields header and logged (at most
 // about 1 KiB of names, escaped, then how many more).
 void report_ignored(const Request& req, Response& res, const std::string& fields);
@@ -46,6 +49,9 @@ constexpr int kPollMs = 50;
 
 void handle_chat_completions(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 void handle_completions(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
+void handle_messages(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
+void handle_count_tokens(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
+void handle_responses(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 void handle_tokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 void handle_detokenize(Context& ctx, const ModelPtr& model, const Request& req, Response& res);
 

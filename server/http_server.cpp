@@ -5,7 +5,10 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <fstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -27,8 +30,11 @@ void send_json(Response& res, int status, const nlohmann::ordered_json& body) {
   res.set_content(json_text(body), "application/json");
 }
 
-void send_error(Response& res, const ApiError& e) {
-  send_json(res, error_spec(e.kind).status, error_body(e));
+// The Messages API routes answer errors in Anthropic's shape.
+bool is_anthropic_route(const std::string& path) { return path == "/v1/messages" || path == "/v1/messages/count_tokens"; }
+
+void send_error(Response& res, const ApiError& e, bool anthropic) {
+  send_json(res, error_spec(e.kind).status, anthropic ? anthropic_error_body(e) : error_body(e));
   if (e.kind == ErrorKind::queue_full) res.set_header("Retry-After", "1");
   if (e.kind == ErrorKind::authentication) res.set_header("WWW-Authenticate", "Bearer");
 }
@@ -75,6 +81,7 @@ void report_ignored(const Request& req, Response& res, const std::string& fields
 namespace {
 
 const char* const kPostRoutes[] = {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions",
+                                   "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/responses",
                                    "/tokenize", "/detokenize"};
 const char* const kGetRoutes[] = {"/health", "/v1/health", "/metrics", "/v1/models", "/models"};
 
@@ -93,22 +100,53 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
-bool authorized(const std::string& key, const Request& req) {
-  std::string h = req.header("Authorization");
-  if (h.size() < 7 || !std::equal(h.begin(), h.begin() + 7, "bearer ", [](char a, char b) { return std::tolower((unsigned char)a) == b; }))
-    return false;
-  std::string given = h.substr(7);
-  while (!given.empty() && given.front() == ' ') given.erase(given.begin());
-  // Constant time in the key's length: no early exit on the first differing byte.
+// Constant time in the key's length: no early exit on the first differing byte.
+bool same_key(const std::string& key, const std::string& given) {
   unsigned diff = given.size() != key.size();
   for (size_t i = 0; i < key.size(); ++i) diff |= (unsigned char)key[i] ^ (unsigned char)(i < given.size() ? given[i] : 0);
   return diff == 0;
 }
 
-void cors_preflight(Response& res) {
+// The key from "Authorization: Bearer KEY" or (Anthropic's clients) "x-api-key: KEY", one of `keys`.
+bool authorized(const std::vector<std::string>& keys, const Request& req) {
+  std::string h = req.header("Authorization");
+  std::string given;
+  if (h.size() >= 7 && std::equal(h.begin(), h.begin() + 7, "bearer ", [](char a, char b) { return std::tolower((unsigned char)a) == b; })) {
+    given = h.substr(7);
+    while (!given.empty() && given.front() == ' ') given.erase(given.begin());
+  } else if (req.has_header("x-api-key")) {
+    given = req.header("x-api-key");
+  } else {
+    return false;
+  }
+  bool ok = false;
+  for (const std::string& k : keys) ok |= same_key(k, given);  // every key compared: no timing hint which matched
+  return ok;
+}
+
+// The request headers the OpenAI and Anthropic SDKs send from a browser. A preflight that asks for more
+// (the SDKs add x-stainless-* headers over time) gets the names it asked for too, when they are plain header
+// tokens: the server reads none of them, so allowing them exposes nothing.
+constexpr const char* kCorsHeaders =
+    "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta, "
+    "Anthropic-Dangerous-Direct-Browser-Access, OpenAI-Organization, OpenAI-Project, OpenAI-Beta, Idempotency-Key, "
+    "X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, X-Stainless-Package-Version, X-Stainless-Retry-Count, "
+    "X-Stainless-Runtime, X-Stainless-Runtime-Version, X-Stainless-Timeout, X-Stainless-Helper-Method";
+
+bool header_token_list(const std::string& s) {
+  if (s.empty() || s.size() > 2048) return false;
+  for (unsigned char c : s)
+    if (!(std::isalnum(c) || c == '-' || c == '_' || c == ',' || c == ' ')) return false;
+  return true;
+}
+
+void cors_preflight(const Request& req, Response& res) {
   res.status = 204;
   res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-  res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+  std::string allowed = kCorsHeaders;
+  const std::string asked = req.header("Access-Control-Request-Headers");
+  if (header_token_list(asked)) allowed += ", " + asked;
+  res.set_header("Access-Control-Allow-Headers", allowed);
   res.set_header("Access-Control-Max-Age", "86400");
 }
 
@@ -121,14 +159,15 @@ bool check_head(Context& ctx, const Request& req, Response& res) {
     return true;
   }
   if (req.method == "OPTIONS") {
-    cors_preflight(res);
+    cors_preflight(req, res);
     return true;
   }
   const bool post_route = is_route(req.path, true), get_route = is_route(req.path, false);
-  if (!ctx.opt.api_key.empty() && !(get_route && is_health(req.path)) && !authorized(ctx.opt.api_key, req)) {
-    send_error(res, ApiError(ErrorKind::authentication, req.has_header("Authorization")
+  if (!ctx.api_keys.empty() && !(get_route && is_health(req.path)) && !authorized(ctx.api_keys, req)) {
+    send_error(res, ApiError(ErrorKind::authentication, req.has_header("Authorization") || req.has_header("x-api-key")
                                                             ? "invalid API key"
-                                                            : "missing API key: send 'Authorization: Bearer <key>'"));
+                                                            : "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"),
+               is_anthropic_route(req.path));
     return true;
   }
   if (!post_route && !get_route) {
@@ -137,7 +176,8 @@ bool check_head(Context& ctx, const Request& req, Response& res) {
   }
   const bool get_like = req.method == "GET" || req.method == "HEAD";
   if ((post_route && req.method != "POST") || (get_route && !get_like)) {
-    send_error(res, ApiError(ErrorKind::method_not_allowed, fmt::format("{} does not accept {}", req.path, req.method)));
+    send_error(res, ApiError(ErrorKind::method_not_allowed, fmt::format("{} does not accept {}", req.path, req.method)),
+               is_anthropic_route(req.path));
     res.set_header("Allow", post_route ? "POST, OPTIONS" : "GET, OPTIONS");
     return true;
   }
@@ -158,10 +198,10 @@ void run_api(Context& ctx, Handler h, const Request& req, Response& res) {
     h(ctx, model, req, res);
   } catch (const ApiError& e) {
     res = Response{};
-    send_error(res, e);
+    send_error(res, e, is_anthropic_route(req.path));
   } catch (const std::exception& e) {
     res = Response{};
-    send_error(res, ApiError(ErrorKind::internal, std::string("internal error: ") + e.what()));
+    send_error(res, ApiError(ErrorKind::internal, std::string("internal error: ") + e.what()), is_anthropic_route(req.path));
   }
 }
 
@@ -199,6 +239,9 @@ void route(Context& ctx, const Request& req, Response& res) {
   const std::string& p = req.path;
   if (p == "/v1/chat/completions" || p == "/chat/completions") return run_api(ctx, handle_chat_completions, req, res);
   if (p == "/v1/completions" || p == "/completions") return run_api(ctx, handle_completions, req, res);
+  if (p == "/v1/messages") return run_api(ctx, handle_messages, req, res);
+  if (p == "/v1/messages/count_tokens") return run_api(ctx, handle_count_tokens, req, res);
+  if (p == "/v1/responses" || p == "/responses") return run_api(ctx, handle_responses, req, res);
   if (p == "/tokenize") return run_api(ctx, handle_tokenize, req, res);
   if (p == "/detokenize") return run_api(ctx, handle_detokenize, req, res);
   if (p == "/v1/models" || p == "/models" || p.rfind("/v1/models/", 0) == 0) return run_api(ctx, handle_models, req, res);
@@ -213,6 +256,31 @@ void route(Context& ctx, const Request& req, Response& res) {
 
 }  // namespace
 
+std::vector<std::string> api_keys_of(const ServerOptions& o) {
+  std::vector<std::string> keys;
+  auto add = [&](std::string k) {
+    while (!k.empty() && std::isspace((unsigned char)k.back())) k.pop_back();
+    while (!k.empty() && std::isspace((unsigned char)k.front())) k.erase(k.begin());
+    if (!k.empty()) keys.push_back(std::move(k));
+  };
+  size_t start = 0;
+  while (start <= o.api_key.size() && !o.api_key.empty()) {
+    size_t comma = o.api_key.find(',', start);
+    if (comma == std::string::npos) comma = o.api_key.size();
+    add(o.api_key.substr(start, comma - start));
+    start = comma + 1;
+  }
+  if (!o.api_key_file.empty()) {
+    std::ifstream in(o.api_key_file);
+    if (!in) throw std::runtime_error(fmt::format("cannot read the API key file '{}'", o.api_key_file));
+    const size_t before = keys.size();
+    for (std::string line; std::getline(in, line);)
+      if (line.find_first_not_of(" \t\r") != std::string::npos && line[line.find_first_not_of(" \t\r")] != '#') add(line);
+    if (keys.size() == before) throw std::runtime_error(fmt::format("the API key file '{}' holds no key", o.api_key_file));
+  }
+  return keys;
+}
+
 int http_thread_count(const ServerOptions& o) {
   if (o.http_threads > 0) return std::min(o.http_threads, kMaxHttpThreads);
   return (int)std::clamp<int64_t>(o.slots + o.max_queue + 8, 16, kMaxHttpThreads);
@@ -221,6 +289,7 @@ int http_thread_count(const ServerOptions& o) {
 HttpServer::HttpServer(ServerOptions opt) : ctx_(std::make_unique<Context>()) {
   ctx_->opt = std::move(opt);
   const ServerOptions& o = ctx_->opt;
+  ctx_->api_keys = api_keys_of(o);
   ConnectionLimits lim;
   lim.head_timeout_ms = (int64_t)o.head_timeout_s * 1000;
   lim.io_timeout_ms = (int64_t)o.timeout_s * 1000;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "server/served_model.h"
 
@@ -18,7 +19,8 @@ namespace qrig::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                         // 0: any free port (bind() returns it)
-  std::string api_key;                     // empty: no authentication
+  std::string api_key;                     // empty: no authentication; several keys: a comma-separated list
+  std::string api_key_file;                // more keys, one per line (# comments); unreadable or empty: an error
   size_t max_body_bytes = 16u << 20;       // larger request bodies -> 413
   int timeout_s = 600;                     // writing a response / reading a whole body
   int head_timeout_s = 10;                 // a request head must arrive within this; longest gap in a body
@@ -27,10 +29,15 @@ struct ServerOptions {
   int64_t max_queue = 64;                  // only used for the http_threads default
   int64_t slots = 4;                       // idem
   bool log_requests = true;                // one line per request on stderr
+  bool ignore_unsupported_fields = false;  // fields that would change the output but are not implemented:
+                                           // ignored and reported (X-Qrig-Ignored-Fields) instead of a 400
 };
 
 constexpr int kMaxHttpThreads = 1024;
 constexpr size_t kMaxHeaderBytes = 64 * 1024;
+// The accepted API keys: api_key's list and api_key_file's lines. Throws std::runtime_error when the file
+// cannot be read or holds no key.
+std::vector<std::string> api_keys_of(const ServerOptions& opt);
 // The request threads for these options (--threads-http, or its default).
 int http_thread_count(const ServerOptions& opt);
 

@@ -235,6 +235,83 @@ void parse_logit_bias(const Json& body, GenParams& out, int32_t n_real_vocab) {
 
 }  // namespace
 
+namespace {
+
+std::vector<int32_t> token_ids(const Json& body, const char* key, int32_t n_real_vocab) {
+  std::vector<int32_t> ids;
+  const Json* v = field(body, key);
+  if (!v) return ids;
+  if (!v->is_array()) bad(key, fmt::format("'{}' must be an array of token ids, got {}", key, type_name(*v)));
+  if (v->size() > (size_t)n_real_vocab) bad(key, fmt::format("'{}' has more entries than the vocabulary", key));
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& e = (*v)[i];
+    if (!(e.is_number_integer() || e.is_number_unsigned()) || e.get<int64_t>() < 0 || e.get<int64_t>() >= n_real_vocab)
+      bad(key, fmt::format("'{}[{}]' must be a token id in [0, {})", key, i, n_real_vocab));
+    ids.push_back((int32_t)e.get<int64_t>());
+  }
+  return ids;
+}
+
+// Fields of llama.cpp and vLLM that this server honours beyond OpenAI's (docs/server.md).
+void parse_extensions(const Json& body, GenParams& out, int32_t n_real_vocab, std::set<std::string>& known) {
+  for (const char* k : {"n_predict", "n_cmpl", "ignore_eos", "min_tokens", "stop_token_ids", "include_stop_str_in_output",
+                        "typical_p", "xtc_probability", "xtc_threshold", "repeat_last_n", "truncate_prompt_tokens",
+                        "truncation_side", "allowed_token_ids", "spaces_between_special_tokens"})
+    known.insert(k);
+  runtime::SamplingParams& s = out.sampling;
+  if (auto t = get_number(body, "typical_p", 0.0, 1.0)) {
+    if (*t <= 0.0) bad("typical_p", "'typical_p' must be in (0, 1]; 1 turns it off");
+    s.typical_p = (float)*t;
+  }
+  if (auto x = get_number(body, "xtc_probability", 0.0, 1.0)) s.xtc_probability = (float)*x;
+  if (auto x = get_number(body, "xtc_threshold", 0.0, 1.0)) s.xtc_threshold = (float)*x;
+  // llama.cpp: -1 = the whole context (here: every generated token), 0 = penalties off.
+  if (auto n = get_int(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max())) s.penalty_last_n = (int32_t)*n;
+  out.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  out.min_tokens = get_int(body, "min_tokens", 0, std::numeric_limits<int64_t>::max()).value_or(0);
+  out.stop_token_ids = token_ids(body, "stop_token_ids", n_real_vocab);
+  out.allowed_token_ids = token_ids(body, "allowed_token_ids", n_real_vocab);
+  if (const Json* a = field(body, "allowed_token_ids"); a && a->empty())
+    bad("allowed_token_ids", "'allowed_token_ids' must not be empty");
+  out.include_stop_str = get_bool(body, "include_stop_str_in_output").value_or(false);
+  out.truncate_prompt_tokens = get_int(body, "truncate_prompt_tokens", -1, std::numeric_limits<int64_t>::max()).value_or(0);
+  if (out.truncate_prompt_tokens == 0 && field(body, "truncate_prompt_tokens"))
+    bad("truncate_prompt_tokens", "'truncate_prompt_tokens' must be -1 (the context) or at least 1");
+  if (auto side = get_string(body, "truncation_side")) {
+    if (*side != "left" && *side != "right")
+      bad("truncation_side", fmt::format("'truncation_side' must be \"left\" or \"right\", got \"{}\"", *side));
+    out.truncate_left = *side == "left";
+  }
+  // vLLM puts spaces around special tokens it prints (skip_special_tokens false) unless this is false; this
+  // server never does.
+  if (get_bool(body, "spaces_between_special_tokens").value_or(false) && !out.skip_special_tokens)
+    throw ApiError(ErrorKind::unsupported,
+                   "'spaces_between_special_tokens': true is not supported: special tokens are printed without spaces",
+                   "spaces_between_special_tokens");
+
+  if (auto np = get_int(body, "n_predict", -1, std::numeric_limits<int64_t>::max())) {
+    if (field(body, "max_tokens") || field(body, "max_completion_tokens"))
+      bad("n_predict", "give 'n_predict' or 'max_tokens' / 'max_completion_tokens', not both");
+    if (*np == 0)
+      throw ApiError(ErrorKind::unsupported, "'n_predict': 0 (evaluate the prompt only) is not supported", "n_predict");
+    out.max_tokens = *np < 0 ? -1 : *np;
+  }
+  if (auto nc = get_int(body, "n_cmpl", 1, kMaxSamples)) {
+    if (field(body, "n") && out.n != *nc) bad("n_cmpl", "give 'n' or its alias 'n_cmpl', not both");
+    out.n = *nc;
+  }
+}
+
+}  // namespace
+
+std::vector<int32_t> truncated_prompt(std::vector<int32_t> prompt, const GenParams& g, int64_t n_ctx) {
+  const int64_t keep = g.truncate_prompt_tokens < 0 ? n_ctx - 1 : g.truncate_prompt_tokens;
+  if (g.truncate_prompt_tokens == 0 || (int64_t)prompt.size() <= keep || keep <= 0) return prompt;
+  if (g.truncate_left) prompt.erase(prompt.begin(), prompt.end() - keep);
+  else prompt.resize((size_t)keep);
+  return prompt;
+}
+
 void parse_common(const Json& body, GenParams& out, int32_t n_real_vocab, int64_t default_max_tokens,
                   std::set<std::string>& known) {
   for (const char* k : {"model", "user", "stream", "stream_options", "max_tokens", "max_completion_tokens",
@@ -276,10 +353,15 @@ void parse_common(const Json& body, GenParams& out, int32_t n_real_vocab, int64_
   auto mct = get_int(body, "max_completion_tokens", 1, std::numeric_limits<int64_t>::max());
   out.max_tokens = mct ? *mct : mt ? *mt : default_max_tokens;
 
-  if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
-    throw ApiError(ErrorKind::unsupported, fmt::format("only n = 1 is supported, got n = {}", *n), "n");
+  if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    if (*n < 1) bad("n", fmt::format("'n' must be at least 1, got {}", *n));
+    if (*n > kMaxSamples)
+      throw ApiError(ErrorKind::unsupported, fmt::format("n is at most {} here, got n = {}", kMaxSamples, *n), "n");
+    out.n = *n;
+  }
 
   out.skip_special_tokens = get_bool(body, "skip_special_tokens").value_or(true);
+  parse_extensions(body, out, n_real_vocab, known);
   out.stream = get_bool(body, "stream").value_or(false);
   if (const Json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("stream_options", "'stream_options' must be an object, got " + type_name(*so));
@@ -303,9 +385,5 @@ std::string unknown_fields(const Json& body, const std::set<std::string>& known)
   return out;
 }
 
-void reject_unsupported(const Json& body, const std::vector<std::pair<std::string, std::string>>& fields_and_why) {
-  for (const auto& [name, why] : fields_and_why)
-    if (field(body, name)) throw ApiError(ErrorKind::unsupported, fmt::format("'{}' is not supported: {}", name, why), name);
-}
 
 }  // namespace qrig::server

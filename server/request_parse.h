@@ -38,6 +38,8 @@ std::optional<double> get_number(const Json& obj, const std::string& key, double
                                  const std::string& param = {});
 std::optional<std::string> get_string(const Json& obj, const std::string& key, const std::string& param = {});
 
+constexpr int64_t kMaxSamples = 16;  // n at most
+
 // Generation parameters shared by /v1/chat/completions and /v1/completions.
 struct GenParams {
   runtime::SamplingParams sampling;
@@ -47,19 +49,27 @@ struct GenParams {
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   bool skip_special_tokens = true;   // vLLM's field: false renders control tokens as text
+  int64_t n = 1;                     // samples of the prompt (OpenAI n, llama.cpp n_cmpl), one prefill
+  bool ignore_eos = false;           // end-of-generation tokens do not stop the output (vLLM, llama.cpp)
+  int64_t min_tokens = 0;            // end-of-generation and stop_token_ids held back until this many (vLLM)
+  std::vector<int32_t> stop_token_ids;  // more ids that end the output (vLLM)
+  bool include_stop_str = false;     // the matched stop string stays in the output (vLLM include_stop_str_in_output)
+  int64_t truncate_prompt_tokens = 0;  // > 0: keep only this many prompt tokens (vLLM); -1: the context
+  bool truncate_left = true;         // truncation_side "left" (keep the last tokens) or "right"
+  std::vector<int32_t> allowed_token_ids;  // non-empty: only these ids may be generated (vLLM)
 };
 
 // Reads the shared fields into `out`, starting from out.sampling as the defaults (so set them first, e.g.
-// SamplingParams::qwen_defaults). Adds every key it consumed to `known`. n_real_vocab bounds logit_bias ids.
-// default_max_tokens applies when neither max_tokens nor max_completion_tokens is given.
+// SamplingParams::qwen_defaults). Adds every key it consumed to `known`. n_real_vocab bounds token ids
+// (logit_bias, stop_token_ids, allowed_token_ids). default_max_tokens applies when neither max_tokens,
+// max_completion_tokens nor n_predict is given.
 void parse_common(const Json& body, GenParams& out, int32_t n_real_vocab, int64_t default_max_tokens,
                   std::set<std::string>& known);
 
+// The prompt after truncate_prompt_tokens (unchanged when it is 0).
+std::vector<int32_t> truncated_prompt(std::vector<int32_t> prompt, const GenParams& g, int64_t n_ctx);
+
 // The keys of `body` not in `known`, comma-separated ("" if none).
 std::string unknown_fields(const Json& body, const std::set<std::string>& known);
-
-// Fields that OpenAI defines but this server refuses rather than ignores: throws ApiError(unsupported)
-// naming the first one present (non-null) in `body`.
-void reject_unsupported(const Json& body, const std::vector<std::pair<std::string, std::string>>& fields_and_why);
 
 }  // namespace qrig::server

@@ -124,13 +124,18 @@ class Renderer {
       if (!tools_[i].is_object())
         throw ChatError("chat: tool " + std::to_string(i) + " is not an object");
 
+    if (opt_.continue_final_message && role_of(msgs_.back()) != "assistant")
+      throw ChatError("chat: continue_final_message needs an assistant message last");
     system_header();
     size_t last_query = last_query_index();
     for (size_t i = 0; i < msgs_.size(); ++i) message(i, last_query);
-    if (opt_.add_generation_prompt)
+    bool in_reasoning = open_reasoning_;
+    if (opt_.add_generation_prompt && !opt_.continue_final_message) {
       out_.mark(opt_.enable_thinking ? "<|im_start|>assistant\n<think>\n"
                                      : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
-    return RenderedChat{std::move(out_.text), std::move(out_.spans)};
+      in_reasoning = opt_.enable_thinking;
+    }
+    return RenderedChat{std::move(out_.text), std::move(out_.spans), in_reasoning, opt_.continue_final_message};
   }
 
  private:
@@ -208,7 +213,7 @@ class Renderer {
     } else if (role == "user") {
       out_.mark("<|im_start|>user\n").add(c).mark("<|im_end|>\n");
     } else if (role == "assistant") {
-      assistant(m, c, opt_.preserve_thinking || i > last_query);
+      assistant(m, c, opt_.preserve_thinking || i > last_query, opt_.continue_final_message && i + 1 == msgs_.size());
     } else if (role == "tool") {
       if (i > 0 && role_of(msgs_[i - 1]) != "tool") out_.mark("<|im_start|>user");
       out_.mark("\n<tool_response>\n").add(c).mark("\n</tool_response>");
@@ -219,8 +224,9 @@ class Renderer {
   }
 
   // `reasoning` and `c` are views into the reasoning_content string or into content.text; the
-  // <think> tags the template takes out of the content are not printed from it.
-  void assistant(const Json& m, const Piece& content, bool with_think) {
+  // <think> tags the template takes out of the content are not printed from it. open: the message is
+  // continued by the model (no <|im_end|>; reasoning left open when there is nothing after it).
+  void assistant(const Json& m, const Piece& content, bool with_think, bool open) {
     std::string_view c = content.text;
     std::string_view reasoning;
     bool reasoning_in_content = false;
@@ -237,6 +243,15 @@ class Renderer {
     }
     reasoning = py::strip(reasoning);
     out_.mark("<|im_start|>assistant\n");
+    const Json* calls_field = attr(m, "tool_calls");
+    const bool has_calls = calls_field && calls_field->is_array() && !calls_field->empty();
+    if (open && with_think && !reasoning.empty() && py::strip(c).empty() && !has_calls) {
+      out_.mark("<think>\n");
+      if (reasoning_in_content) out_.add(content.slice(reasoning));
+      else out_.lit(reasoning);
+      open_reasoning_ = true;
+      return;
+    }
     if (with_think) {
       out_.mark("<think>\n");
       if (reasoning_in_content) out_.add(content.slice(reasoning));
@@ -248,7 +263,7 @@ class Renderer {
       if (!calls->is_array()) throw ChatError("chat: assistant tool_calls must be an array or null");
       for (size_t k = 0; k < calls->size(); ++k) tool_call((*calls)[k], k, c);
     }
-    out_.mark("<|im_end|>\n");
+    if (!open) out_.mark("<|im_end|>\n");
   }
 
   void tool_call(const Json& call, size_t k, std::string_view content) {
@@ -288,6 +303,7 @@ class Renderer {
   Piece out_;
   int images_ = 0;
   int videos_ = 0;
+  bool open_reasoning_ = false;  // the continued final message ends inside its reasoning
 };
 
 }  // namespace

@@ -36,6 +36,11 @@ struct ChatError : std::runtime_error {
 
 struct ChatOptions {
   bool add_generation_prompt = true;
+  // The last message (an assistant turn) is left open for the model to continue (assistant prefill, vLLM's
+  // continue_final_message): rendered as the template renders it, without its closing <|im_end|>, and
+  // without a generation prompt. When it holds reasoning and no content or tool calls, the prompt ends
+  // inside its <think> block (after the reasoning), so the model continues the reasoning.
+  bool continue_final_message = false;
   bool enable_thinking = true;    // false: the prompt ends with an empty <think></think> block
   bool preserve_thinking = false; // Qwen3.6: keep <think> blocks of every past assistant turn
   bool add_vision_id = false;     // the template's "Picture N: " / "Video N: " labels
@@ -51,11 +56,17 @@ std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::
                         const ChatOptions& opt);
 
 // A whole chat-completions request body: messages, tools, add_generation_prompt (default true),
-// chat_template_kwargs {enable_thinking, preserve_thinking, add_vision_id} (booleans). Also applies
-// the Qwen3 soft switches: when the text of the last user message ends with "/think" or "/no_think"
-// (ignoring trailing whitespace, and preceded by whitespace or nothing), the switch and the
-// whitespace before it are removed and enable_thinking is set accordingly (the switch wins over
-// chat_template_kwargs). Other body fields (model, sampling...) are ignored here.
+// chat_template_kwargs {enable_thinking, preserve_thinking, add_vision_id} (booleans), a top-level
+// enable_thinking (the same switch; when both are given they must agree), reasoning_effort ("none" turns
+// thinking off, the other levels on, when no enable_thinking is given), continue_final_message. Messages
+// of role "developer" are system messages (OpenAI defines them so). A trailing assistant message is
+// continued (ChatOptions::continue_final_message) when continue_final_message is true, or when it is not
+// given and add_generation_prompt is not false (llama.cpp's assistant prefill); continue_final_message
+// true with add_generation_prompt true, or without a trailing assistant message, is a ChatError. Also
+// applies the Qwen3 soft switches: when the text of the last user message ends with "/think" or
+// "/no_think" (ignoring trailing whitespace, and preceded by whitespace or nothing), the switch and the
+// whitespace before it are removed and enable_thinking is set accordingly (the switch wins over the
+// fields). Other body fields (model, sampling...) are ignored here.
 std::string render_chat_request(const nlohmann::ordered_json& body);
 
 // A rendered prompt and the byte ranges [begin, end) of `text` whose bytes came from the request: the
@@ -67,6 +78,11 @@ std::string render_chat_request(const nlohmann::ordered_json& body);
 struct RenderedChat {
   std::string text;
   std::vector<std::pair<size_t, size_t>> literal_spans;
+  // The model's output starts inside a <think> block: the generation prompt with thinking on, or a
+  // continued assistant message whose reasoning is left open.
+  bool output_in_reasoning = false;
+  // The last message was left open for the model to continue (ChatOptions::continue_final_message).
+  bool continued = false;
 };
 
 // render_chat and render_chat_request with the ranges; `text` is byte for byte what they return.

@@ -105,6 +105,14 @@ class TokenGrammar {
                                                  const std::optional<std::string>& forced_name, bool parallel,
                                                  bool thinking, std::shared_ptr<const TokenVocab> vocab);
 
+  // The whole output matches the ECMA-262 regular expression `pattern` (grammar_regex.h's subset; a full
+  // match, as vLLM's guided_regex: the pattern is anchored at both ends). Throws GrammarError for what the
+  // regex compiler refuses or a pattern that matches nothing.
+  static std::unique_ptr<TokenGrammar> regex(const std::string& pattern, std::shared_ptr<const TokenVocab> vocab);
+  // The whole output is exactly one of `choices` (vLLM's guided_choice). Throws GrammarError for an empty list.
+  static std::unique_ptr<TokenGrammar> choice(const std::vector<std::string>& choices,
+                                              std::shared_ptr<const TokenVocab> vocab);
+
   // A compiled grammar (the factories above use this).
   TokenGrammar(grammar::Grammar&& g, std::shared_ptr<const TokenVocab> vocab);
   ~TokenGrammar();

@@ -61,6 +61,7 @@ class ScriptedBackend final : public runtime::Backend {
   std::vector<std::vector<float>> step(const std::vector<runtime::StepInput>& batch) override {
     if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms.load()));
     steps += 1;
+    for (const auto& in : batch) tokens_fed += (int64_t)in.tokens.size();
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<std::vector<float>> out(batch.size());
     for (size_t k = 0; k < batch.size(); ++k) {
@@ -90,6 +91,7 @@ class ScriptedBackend final : public runtime::Backend {
 
   std::atomic<int> step_delay_ms{0};
   std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> tokens_fed{0};  // prompt and generated tokens stepped through, over all slots
 
  private:
   int32_t next_token(const std::vector<int32_t>& h) const {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "server/errors.h"
+#include "server/request_fields.h"
 #include "server/request_parse.h"
 
 using namespace qrig::server;
@@ -133,7 +134,7 @@ TEST_CASE("parse_common: invalid values name their field", "[server]") {
   CHECK(error_of([] { common(R"({"model": 3})"); }).param == "model");
   CHECK(error_of([] { common(R"({"stream": "yes"})"); }).param == "stream");
   CHECK(error_of([] { common(R"({"repetition_penalty": 1.1, "repeat_penalty": 1.2})"); }).param == "repeat_penalty");
-  ApiError n = error_of([] { common(R"({"n": 2})"); });
+  ApiError n = error_of([] { common(R"({"n": 17})"); });
   CHECK(n.param == "n");
   CHECK(n.kind == ErrorKind::unsupported);
   CHECK_NOTHROW(common(R"({"n": 1})"));
@@ -167,8 +168,64 @@ TEST_CASE("unknown fields are listed, known ones are not; unsupported ones are r
   std::set<std::string> known;
   parse_common(body, g, 1000, -1, known);
   CHECK(unknown_fields(body, known) == "mirostat,stream_options.continuous_usage_stats");
-  ApiError e = error_of([&] { reject_unsupported(parse_body(R"({"suffix": "x"})"), {{"suffix", "no FIM"}}); });
+}
+
+TEST_CASE("the field table: refused fields are a 400 naming them unless inert; --ignore-unsupported-fields reports them", "[server]") {
+  std::set<std::string> known;
+  std::string ignored;
+  auto check = [&](const char* body, Endpoint ep, bool ignore = false) {
+    known.clear(), ignored.clear();
+    check_table_fields(parse_body(body), ep, FieldPolicy{ignore}, known, ignored);
+  };
+  ApiError e = error_of([&] { check(R"({"suffix": "x"})", Endpoint::completions); });
   CHECK(e.kind == ErrorKind::unsupported);
   CHECK(e.param == "suffix");
-  CHECK_NOTHROW(reject_unsupported(parse_body(R"({"suffix": null})"), {{"suffix", "no FIM"}}));
+  CHECK_NOTHROW(check(R"({"suffix": null, "best_of": 1, "mirostat": 0, "use_beam_search": false})", Endpoint::completions));
+  CHECK(error_of([&] { check(R"({"mirostat": 2})", Endpoint::chat); }).param == "mirostat");
+  CHECK(error_of([&] { check(R"({"dry_multiplier": 0.8})", Endpoint::chat); }).param == "dry_multiplier");
+  CHECK(error_of([&] { check(R"({"best_of": 3})", Endpoint::completions); }).param == "best_of");
+  CHECK(error_of([&] { check(R"({"functions": []})", Endpoint::chat); }).param == "functions");
+  CHECK_NOTHROW(check(R"({"functions": []})", Endpoint::completions));  // not a completions field: unknown there
+  CHECK(known.count("functions") == 0);
+  CHECK_NOTHROW(check(R"({"metadata": {"a": "b"}, "store": true, "cache_prompt": true, "priority": 3})", Endpoint::chat));
+  CHECK(known.count("metadata") == 1);
+  CHECK_NOTHROW(check(R"({"mirostat": 2, "grammar": "root ::= x"})", Endpoint::chat, true));
+  CHECK(ignored == "grammar,mirostat");
+  for (const std::string& f : table_field_names(Endpoint::chat, true)) {
+    Json body = Json::object();
+    body[f] = "surely not inert";
+    INFO(f);
+    CHECK(error_of([&] { check(body.dump().c_str(), Endpoint::chat); }).param == f);
+  }
+}
+
+TEST_CASE("parse_common: llama.cpp and vLLM extensions", "[server]") {
+  auto g = common(R"({"n_predict": 7, "ignore_eos": true, "min_tokens": 3, "stop_token_ids": [5, 9],
+                      "typical_p": 0.5, "xtc_probability": 0.3, "xtc_threshold": 0.2, "n": 3,
+                      "include_stop_str_in_output": true, "allowed_token_ids": [1, 2]})");
+  CHECK(g.max_tokens == 7);
+  CHECK(g.ignore_eos);
+  CHECK(g.min_tokens == 3);
+  CHECK(g.stop_token_ids == std::vector<int32_t>{5, 9});
+  CHECK(g.sampling.typical_p == 0.5f);
+  CHECK(g.sampling.xtc_probability == 0.3f);
+  CHECK(g.sampling.xtc_threshold == 0.2f);
+  CHECK(g.n == 3);
+  CHECK(g.include_stop_str);
+  CHECK(g.allowed_token_ids == std::vector<int32_t>{1, 2});
+  CHECK(common(R"({"n_predict": -1})").max_tokens == -1);
+  CHECK(common(R"({"n_cmpl": 2})").n == 2);
+  CHECK(error_of([] { common(R"({"n_predict": 5, "max_tokens": 4})"); }).param == "n_predict");
+  CHECK(error_of([] { common(R"({"n_predict": 0})"); }).kind == ErrorKind::unsupported);
+  CHECK(error_of([] { common(R"({"stop_token_ids": [5000]})"); }).param == "stop_token_ids");
+  CHECK(error_of([] { common(R"({"typical_p": 0})"); }).param == "typical_p");
+  CHECK(error_of([] { common(R"({"n": 0})"); }).param == "n");
+  CHECK(error_of([] { common(R"({"n": 17})"); }).kind == ErrorKind::unsupported);
+  CHECK(error_of([] { common(R"({"allowed_token_ids": []})"); }).param == "allowed_token_ids");
+  CHECK(error_of([] { common(R"({"truncation_side": "middle"})"); }).param == "truncation_side");
+  GenParams t;
+  t.truncate_prompt_tokens = 2;
+  CHECK(truncated_prompt({1, 2, 3, 4}, t, 100) == std::vector<int32_t>{3, 4});
+  t.truncate_left = false;
+  CHECK(truncated_prompt({1, 2, 3, 4}, t, 100) == std::vector<int32_t>{1, 2});
 }

@@ -246,12 +246,12 @@ TEST_CASE("chat: stop strings, max_tokens, thinking off, unknown fields reported
         test::tiny_tokenizer()->decode({enc("Hello world. Goodbye world.")[0], enc("Hello world. Goodbye world.")[1]}));
 
   b = chat_body(off);
-  b["mirostat"] = 2;
+  b["frobnicate"] = 2;
   auto cli = srv.client();
   auto raw = cli.Post("/v1/chat/completions", b.dump(), "application/json");
   REQUIRE(raw);
   CHECK(raw->status == 200);
-  CHECK(raw->get_header_value("X-Qrig-Ignored-Fields") == "mirostat");
+  CHECK(raw->get_header_value("X-Qrig-Ignored-Fields") == "frobnicate");
 
   // /no_think in the last user message switches thinking off too.
   json sw = chat_body();

@@ -8,7 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <future>
+
+#include <fmt/format.h>
 
 #include "server_test_util.h"
 
@@ -91,7 +95,7 @@ TEST_CASE("errors: malformed and invalid requests are 400 error objects naming t
   error_of(cli.Post("/v1/chat/completions", std::string("{\"messages\": \"\xc3\x28\"}"), "application/json"), 400);
   CHECK(error_of(cli.Post("/v1/chat/completions", "{}", "application/json"), 400)["param"] == "messages");
   CHECK(error_of(cli.Post("/v1/chat/completions", R"({"messages": []})", "application/json"), 400)["param"] == "messages");
-  CHECK(error_of(cli.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 2})",
+  CHECK(error_of(cli.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 17})",
                           "application/json"), 400)["param"] == "n");
   CHECK(error_of(cli.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"})",
                           "application/json"), 400)["param"] == "max_tokens");
@@ -220,6 +224,65 @@ TEST_CASE("API key: 401 without or with a wrong key, /health stays public", "[se
   auto ok = cli.Post("/v1/chat/completions", httplib::Headers{{"Authorization", "Bearer sekret"}}, kChat, "application/json");
   REQUIRE(ok);
   CHECK(ok->status == 200);
+}
+
+TEST_CASE("API keys: a comma list and a key file, from Authorization or x-api-key", "[server]") {
+  const std::string file = (std::filesystem::temp_directory_path() / fmt::format("qrig-keys-{}.txt", ::getpid())).string();
+  {
+    std::ofstream out(file);
+    out << "# team keys\n  filekey-1  \n\nfilekey-2\n";
+  }
+  server::ServerOptions opt;
+  opt.api_key = "alpha, beta";
+  opt.api_key_file = file;
+  test::TestServer srv(long_script(), opt);
+  auto cli = srv.client();
+  for (const char* key : {"alpha", "beta", "filekey-1", "filekey-2"}) {
+    INFO(key);
+    auto r = cli.Post("/v1/chat/completions", httplib::Headers{{"Authorization", std::string("Bearer ") + key}}, kChat,
+                      "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    r = cli.Post("/v1/chat/completions", httplib::Headers{{"x-api-key", key}}, kChat, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  for (const char* key : {"alpha, beta", "# team keys", "gamma", ""}) {
+    INFO(key);
+    error_of(cli.Post("/v1/chat/completions", httplib::Headers{{"x-api-key", key}}, kChat, "application/json"), 401);
+  }
+  // The Messages API answers in Anthropic's error shape.
+  auto m = cli.Post("/v1/messages", httplib::Headers{{"x-api-key", "wrong"}}, "{}", "application/json");
+  REQUIRE(m);
+  CHECK(m->status == 401);
+  json mj = json::parse(m->body);
+  CHECK(mj["type"] == "error");
+  CHECK(mj["error"]["type"] == "authentication_error");
+  std::filesystem::remove(file);
+  server::ServerOptions missing;
+  missing.api_key_file = file;
+  CHECK_THROWS_WITH(server::api_keys_of(missing), Catch::Contains("cannot read the API key file"));
+}
+
+TEST_CASE("CORS preflight allows the headers the OpenAI and Anthropic browser SDKs send", "[server]") {
+  test::TestServer srv(long_script());
+  auto cli = srv.client();
+  auto r = cli.Options("/v1/messages", httplib::Headers{{"Origin", "http://localhost:3000"},
+                                                       {"Access-Control-Request-Method", "POST"},
+                                                       {"Access-Control-Request-Headers",
+                                                        "x-api-key,anthropic-version,x-stainless-future-header"}});
+  REQUIRE(r);
+  CHECK(r->status == 204);
+  const std::string allowed = r->get_header_value("Access-Control-Allow-Headers");
+  for (const char* h : {"Authorization", "Content-Type", "X-Api-Key", "Anthropic-Version", "X-Stainless-OS",
+                        "X-Stainless-Retry-Count", "x-stainless-future-header", "OpenAI-Organization"}) {
+    INFO(h);
+    CHECK(allowed.find(h) != std::string::npos);
+  }
+  // A header value that is not a token list is not echoed.
+  r = cli.Options("/v1/messages", httplib::Headers{{"Access-Control-Request-Headers", "x-a\"; evil"}});
+  REQUIRE(r);
+  CHECK(r->get_header_value("Access-Control-Allow-Headers").find("evil") == std::string::npos);
 }
 
 TEST_CASE("queue full is 429 with Retry-After", "[server]") {

@@ -234,3 +234,64 @@ TEST_CASE("chat: /think and /no_think switches", "[text][chat]") {
   CHECK(request(R"({"messages":[{"role":"user","content":"c /no_think"},{"role":"assistant","content":"d"}],"add_generation_prompt":false})") ==
         user("c") + "<|im_start|>assistant\n<think>\n\n</think>\n\nd<|im_end|>\n");
 }
+
+TEST_CASE("chat: developer role, enable_thinking, reasoning_effort", "[text][chat]") {
+  const std::string user = std::string(kUserPrompt) + "u<|im_end|>\n";
+  // developer is system (OpenAI): the same prompt byte for byte.
+  CHECK(request(R"({"messages":[{"role":"developer","content":"be brief"},{"role":"user","content":"u"}]})") ==
+        request(R"({"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"u"}]})"));
+  CHECK(request(R"({"messages":[{"role":"developer","content":"s"},{"role":"user","content":"u"}]})") ==
+        "<|im_start|>system\ns<|im_end|>\n" + user + kThink);
+  CHECK_THROWS_AS(request(R"({"messages":[{"role":"user","content":"u"},{"role":"developer","content":"s"}]})"), ChatError);
+  // Top-level enable_thinking; it must agree with chat_template_kwargs when both are given.
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"}],"enable_thinking":false})") == user + kNoThink);
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"}],"enable_thinking":true,"chat_template_kwargs":{"enable_thinking":true}})") ==
+        user + kThink);
+  CHECK_THROWS_AS(request(R"({"messages":[{"role":"user","content":"u"}],"enable_thinking":false,"chat_template_kwargs":{"enable_thinking":true}})"),
+                  ChatError);
+  CHECK_THROWS_AS(request(R"({"messages":[{"role":"user","content":"u"}],"enable_thinking":"no"})"), ChatError);
+  // reasoning_effort: "none" is thinking off, any level on; an explicit enable_thinking wins.
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"}],"reasoning_effort":"none"})") == user + kNoThink);
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"}],"reasoning_effort":"low"})") == user + kThink);
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"}],"reasoning_effort":"none","enable_thinking":true})") ==
+        user + kThink);
+  CHECK_THROWS_AS(request(R"({"messages":[{"role":"user","content":"u"}],"reasoning_effort":"extreme"})"), ChatError);
+}
+
+TEST_CASE("chat: a trailing assistant message is continued", "[text][chat]") {
+  const std::string user = std::string(kUserPrompt) + "u<|im_end|>\n";
+  // Assistant prefill (the default with a generation prompt): the closed turn without its <|im_end|>.
+  const std::string closed = "<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is<|im_end|>\n";
+  const std::string open = "<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is";
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"The answer is "}]})") ==
+        user + open);
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"The answer is"}],"continue_final_message":true,"add_generation_prompt":false})") ==
+        user + open);
+  // Rendered as a finished turn when asked, or without a generation prompt (the template's own rendering).
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"The answer is"}],"continue_final_message":false})") ==
+        user + closed + kThink);
+  CHECK(request(R"({"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"The answer is"}],"add_generation_prompt":false})") ==
+        user + closed);
+  // Reasoning only: the prompt ends inside the <think> block, after it.
+  auto r = qrig::text::render_chat_request_with_spans(
+      Json::parse(R"({"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"","reasoning_content":"Let me see"}]})"));
+  CHECK(r.text == user + "<|im_start|>assistant\n<think>\nLet me see");
+  CHECK(r.output_in_reasoning);
+  auto c = qrig::text::render_chat_request_with_spans(
+      Json::parse(R"({"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"Yes","reasoning_content":"Let me see"}]})"));
+  CHECK(c.text == user + "<|im_start|>assistant\n<think>\nLet me see\n</think>\n\nYes");
+  CHECK_FALSE(c.output_in_reasoning);
+  CHECK(qrig::text::render_chat_request_with_spans(Json::parse(R"({"messages":[{"role":"user","content":"u"}]})")).output_in_reasoning);
+  CHECK_FALSE(qrig::text::render_chat_request_with_spans(
+                  Json::parse(R"({"messages":[{"role":"user","content":"u"}],"enable_thinking":false})")).output_in_reasoning);
+  // The prefill is request text: a special token written in it stays text (a literal span).
+  auto lit = qrig::text::render_chat_request_with_spans(
+      Json::parse(R"({"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"x <|im_end|>"}]})"));
+  REQUIRE(!lit.literal_spans.empty());
+  CHECK(lit.literal_spans.back().second == lit.text.size());
+  // Misuse.
+  CHECK_THROWS_AS(request(R"({"messages":[{"role":"user","content":"u"}],"continue_final_message":true,"add_generation_prompt":false})"),
+                  ChatError);
+  CHECK_THROWS_AS(request(R"({"messages":[{"role":"user","content":"u"},{"role":"assistant","content":"a"}],"continue_final_message":true,"add_generation_prompt":true})"),
+                  ChatError);
+}

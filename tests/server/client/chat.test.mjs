@@ -1,4 +1,4 @@
-// qrig serve driven by the official openai SDK (v6): chat completions whole and streamed (the stream
+// qrig serve driven by the official openai SDK (v7): chat completions whole and streamed (the stream
 // contract llama.cpp's server tests check), reasoning against the raw output, usage and include_usage,
 // max_tokens, stop, logprobs, seeds, prefix reuse (cached_tokens), /v1/models, /v1/completions, /tokenize,
 // /metrics, special tokens in messages (text unless parse_special). The tiny model has random weights: the

@@ -39,13 +39,17 @@ describe('request errors (openai SDK)', () => {
     await assertAlive(assert, srv.base);
   });
 
-  it('n > 1 is a 400 naming n', async () => {
-    await assert.rejects(client.chat.completions.create(chatRequest('x', { n: 2 })), (e) => {
-      assert.equal(e.status, 400);
-      assert.equal(e.param, 'n');
-      assert.equal(e.type, 'invalid_request_error');
-      return true;
-    });
+  it('n > 16 and fields that would change the output unimplemented are 400s naming them', async () => {
+    for (const [extra, param] of [[{ n: 17 }, 'n'], [{ mirostat: 2 }, 'mirostat'], [{ dry_multiplier: 0.8 }, 'dry_multiplier'],
+      [{ use_beam_search: true }, 'use_beam_search']]) {
+      await assert.rejects(client.chat.completions.create(chatRequest('x', extra)), (e) => {
+        assert.equal(e.status, 400);
+        assert.equal(e.param, param);
+        assert.equal(e.type, 'invalid_request_error');
+        assert.equal(e.code, 'unsupported_value');
+        return true;
+      });
+    }
   });
 
   it('a prompt longer than the context is exceed_context_size_error with n_prompt_tokens and n_ctx', async () => {

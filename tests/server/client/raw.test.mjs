@@ -201,6 +201,14 @@ describe('raw HTTP', () => {
     assert.equal(r.status, 204);
     assert.match(r.headers.get('access-control-allow-methods'), /POST/);
     assert.equal(r.headers.get('access-control-allow-origin'), '*');
+    // What the openai and Anthropic SDKs send from a browser.
+    const pre = await fetch(`${srv.base}/v1/messages`, { method: 'OPTIONS', headers: { Origin: 'http://x',
+      'Access-Control-Request-Method': 'POST',
+      'Access-Control-Request-Headers': 'x-api-key,anthropic-version,anthropic-dangerous-direct-browser-access,x-stainless-os,x-stainless-lang,x-stainless-timeout' } });
+    assert.equal(pre.status, 204);
+    const allowed = pre.headers.get('access-control-allow-headers').toLowerCase().split(/\s*,\s*/);
+    for (const h of ['authorization', 'content-type', 'x-api-key', 'anthropic-version', 'x-stainless-os', 'x-stainless-lang',
+      'x-stainless-timeout', 'x-stainless-retry-count', 'anthropic-dangerous-direct-browser-access']) assert.ok(allowed.includes(h), h);
     const p = await postJSON(srv.base, '/v1/chat/completions', chat({ max_tokens: 1 }));
     assert.equal(p.headers.get('access-control-allow-origin'), '*');
   });
