@@ -17,12 +17,13 @@
 #include "runtime/cpu/executor.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 
 namespace {
 
-const std::string kShared = QRIG_SHARED_DIR;
+const std::string kShared = qrig::fixtures::shared_dir();
 const std::string kTiny = kShared + "/fixtures/tiny.gguf";
 
 struct Out {

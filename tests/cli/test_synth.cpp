@@ -18,13 +18,14 @@
 #include "cli/args.h"
 #include "cli/synth.h"
 #include "gguf/gguf.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 using Catch::Matchers::Contains;
 
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(QRIG_SHARED_DIR) + "/" + name; }
+std::string fixture(const std::string& name) { return qrig::fixtures::shared_dir() + "/" + name; }
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -10,12 +10,13 @@
 #include "compiler/compile.h"
 #include "compiler/models/qwen35.h"
 #include "gguf/writer.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 
 namespace {
 
-const std::string kFixtures = std::string(QRIG_SHARED_DIR) + "/fixtures/";
+const std::string kFixtures = qrig::fixtures::shared_dir() + "/fixtures/";
 const std::string kRigs = std::string(QRIG_SOURCE_DIR) + "/rigs/";
 
 // A copy of tiny.gguf with edits, for negative tests.

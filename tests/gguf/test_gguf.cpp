@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "tests/gguf/gguf_test_util.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 using namespace qrig::gguf_test;
@@ -121,7 +122,7 @@ TEST_CASE("tiny.gguf metadata has the converter's keys, types and values", "[ggu
   const auto& merges = f.get_string_array("tokenizer.ggml.merges");
   CHECK(merges.size() == 744);
   CHECK(merges[0] == "\xC4\xA0 \xC4\xA0");
-  std::vector<uint8_t> tmpl = read_file(std::string(QRIG_SHARED_DIR) + "/reference/qwen3.5-chat-template.jinja");
+  std::vector<uint8_t> tmpl = read_file(qrig::fixtures::shared_dir() + "/reference/qwen3.5-chat-template.jinja");
   CHECK(f.get_string("tokenizer.chat_template") == std::string(tmpl.begin(), tmpl.end()));
 
   // Getters name the key and the problem.

@@ -11,12 +11,13 @@
 
 #include "compiler/compile.h"
 #include "runtime/cpu/executor.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 
 namespace {
 
-const std::string kFixtures = std::string(QRIG_SHARED_DIR) + "/fixtures/";
+const std::string kFixtures = qrig::fixtures::shared_dir() + "/fixtures/";
 
 struct Ref {
   gguf::File file = gguf::File::open(kFixtures + "tiny-ref.gguf");
