@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "compiler/compile.h"
 #ifdef QRIG_HAVE_CUDA
 #include <thread>
@@ -18,8 +19,17 @@
 namespace qrig::cli {
 
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
-  if (std::filesystem::is_directory(path)) return ir::Plan::read(path);
-  gguf::File f = gguf::File::open(path);
+  const ModelSource src = resolve_model(path);
+  if (src.plan) {
+    ir::Plan p = ir::Plan::read(src.path);
+    std::string note;
+    locate_plan_model(p, src.path, opt.model_override, &note);
+    if (!note.empty()) fmt::print(stderr, "qrig: {}\n", note);
+    return p;
+  }
+  if (!opt.model_override.empty())
+    throw UsageError(fmt::format("--model names the model of a plan directory; {} is a model already", path));
+  gguf::File f = gguf::File::open(src.path);
   compiler::Rig rig = opt.rig_path.empty() ? compiler::Rig::default_cpu() : compiler::Rig::load(opt.rig_path);
   compiler::CompileOptions co;
   co.context_length = opt.context_length;
@@ -37,12 +47,15 @@ int cmd_compile(int argc, char** argv) {
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows"},
          {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs"});
   if (a.positional().size() != 1)
-    throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
+    throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
                      "[--backend cpu|cuda] [--gpus N] [--precise | --precise-rows N] [--emulate-dp4a] "
                      "[--no-cuda-graphs] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
-  gguf::File f = gguf::File::open(a.positional()[0]);
+  const ModelSource src = resolve_model(a.positional()[0]);
+  if (src.plan) throw UsageError(fmt::format("{} is a plan directory already; compile takes a model (.gguf)", src.path));
+  gguf::File f = gguf::File::open(src.path);
+
   compiler::Rig rig = a.has("--rig") ? compiler::Rig::load(a.get("--rig")) : compiler::Rig::default_cpu();
   compiler::CompileOptions co;
   co.context_length = a.get_int("--ctx", 0);

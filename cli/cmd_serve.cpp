@@ -18,6 +18,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "gguf/gguf.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
@@ -51,9 +52,10 @@ const Option kOptions[] = {
     {"--shutdown-timeout", "QRIG_SHUTDOWN_TIMEOUT", "8", "seconds requests in flight get to finish on SIGTERM (Docker kills at 10)"},
     {"--rig", "QRIG_RIG", "", "rig description for compiling a .gguf (default: this machine's CPU)"},
     {"--backend", "QRIG_BACKEND", "", "force a backend when compiling a .gguf: cpu | cuda"},
+    {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
 };
 
-const char* kUsage = "usage: qrig serve [MODEL.gguf|PLAN_DIR] [options]   (no model: a built-in tiny random model)";
+const char* kUsage = "usage: qrig serve [MODEL.gguf|DIR|PLAN_DIR] [options]   (no model: a built-in tiny random model)";
 
 std::string usage_text() {
   std::string s = std::string(kUsage) + "\n";
@@ -63,7 +65,8 @@ std::string usage_text() {
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
   s += fmt::format("  {:<20} {:<22} {}\n", "--no-cuda-graphs", "(flag only)",
                    "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
-  s += fmt::format("  {:<20} {:<22} {}\n", "MODEL", "QRIG_MODEL", "the .gguf or plan directory to serve");
+  s += fmt::format("  {:<20} {:<22} {}\n", "MODEL", "QRIG_MODEL",
+                   "the .gguf (first shard of a split one), a directory holding it, or a plan directory");
   return s;
 }
 
@@ -125,11 +128,16 @@ int cmd_serve(int argc, char** argv) {
   so.log_requests = !a.has("--no-request-log") && !(log_env && std::string(log_env) == "0");
   const long long grace_s = set.integer("--shutdown-timeout", 0, 86400);
 
+  // The model: the positional (or QRIG_MODEL), or --model; with a plan directory --model is its model file.
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";
+  std::string model_override = a.get("--model");
+  if (model_path.empty()) std::swap(model_path, model_override);
   const bool builtin = model_path.empty();
-  const bool plan_dir = !builtin && std::filesystem::is_directory(model_path);
   // A missing model is a failed start (exit 1, as for an unreadable one), not a usage error.
-  if (!builtin && !std::filesystem::exists(model_path)) throw std::runtime_error(fmt::format("no such model: {}", model_path));
+  const ModelSource source = builtin ? ModelSource{} : resolve_model(model_path);
+  const bool plan_dir = source.plan;
+  if (!model_override.empty() && !plan_dir)
+    throw UsageError(fmt::format("give the model once: {} and --model {}", model_path, model_override));
   if (plan_dir)
     for (const char* f : {"--parallel", "--ctx", "--rig", "--backend"})
       if (set.given(set.find(f)))
@@ -194,6 +202,7 @@ int cmd_serve(int argc, char** argv) {
     lo.backend = set.str("--backend");
     lo.max_sequences = so.slots;
     lo.context_length = set.integer("--ctx", 0, 1ll << 40);
+    lo.model_override = model_override;
     if (builtin) {
       model_path = builtin_model_path();
       if (!set.given(set.find("--ctx"))) lo.context_length = 8192;
@@ -208,7 +217,9 @@ int cmd_serve(int argc, char** argv) {
     bo.cuda_graphs = !a.has("--no-cuda-graphs");
     model->engine = std::make_shared<runtime::Engine>(runtime::make_backend(plan, bo), so.max_queue);
     std::string alias = set.str("--alias");
-    model->id = !alias.empty() ? alias : std::filesystem::path(plan_dir ? model_path : plan.model_path).stem().string();
+    model->id = !alias.empty() ? alias : plan_dir ? std::filesystem::path(model_path).stem().string()
+                                                  : model_display_name(plan.model_path);
+
     model->path = plan_dir ? model_path : plan.model_path;
     model->created = (int64_t)std::time(nullptr);
     model->init();

@@ -23,7 +23,7 @@ int cmd_bench(int argc, char** argv);  // cli/cmd_bench.cpp: llama-bench-style p
 std::string builtin_model_path();
 
 // A model ready to execute: from a plan directory, or a .gguf compiled on the spot for a rig (default: this
-// machine's CPU).
+// machine's CPU). `path` may also be a directory holding one model (cli/model_source.h).
 struct LoadOptions {
   std::string rig_path;      // empty: default rig
   std::string backend;       // "", "cpu", "cuda"
@@ -32,6 +32,7 @@ struct LoadOptions {
   int64_t precise_rows = -1;  // CompileOptions::precise_rows
   int64_t max_logit_rows = 0;  // CompileOptions::max_logit_rows
   std::string family;          // CompileOptions::family ("dp4a-emulated")
+  std::string model_override;  // --model: a plan directory's model file at a new place
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
 

@@ -1,0 +1,159 @@
+// Getting a model in, as a user coming from llama.cpp does it (issue 14): a split model given by its first
+// shard loads and verifies, a missing shard or a changed one is an error naming it; a directory holding one
+// model is that model; a plan moved together with its model keeps working, and one whose model moved says
+// which path it wants and takes --model.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli/synth.h"
+#include "gguf/gguf.h"
+#include "ir/plan.h"
+#include "tests/fixtures.h"
+#include "tests/split_gguf.h"
+
+using namespace qrig;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Out {
+  int rc;
+  std::string text;
+};
+
+// Runs a shell command line; stdout and stderr together.
+Out sh(const std::string& cmd) {
+  std::FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p);
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
+  const int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+struct Scratch {
+  fs::path path;
+  explicit Scratch(const std::string& tag) {
+    static int n = 0;
+    path = fs::temp_directory_path() / ("qrig-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+const std::string kBin = QRIG_BINARY;
+
+}  // namespace
+
+TEST_CASE("a split model loads and verifies from its first shard; a missing or changed shard is an error naming it",
+          "[cli][split][fixtures]") {
+  Scratch dir("split-cli");
+  const std::string ref = fixtures::shared_path("fixtures/tiny-ref.gguf");
+  const gguf::File tiny = gguf::File::open(fixtures::shared_path("fixtures/tiny.gguf"));
+  const auto shards = fixtures::write_split_gguf(tiny, (dir.path / "tiny").string(), 3);
+
+  // The shards verify against the float64 reference exactly as tiny.gguf does; so does their directory.
+  auto ok = sh(kBin + " verify " + shards[0] + " " + ref + " --split 20");
+  CHECK(ok.rc == 0);
+  CHECK(has(ok.text, "seq long max_rel_err"));
+  CHECK(has(ok.text, "first_bad_layer none"));
+  CHECK(sh(kBin + " verify " + dir.path.string() + " " + ref).rc == 0);
+
+  // A plan records the size of all shards together and checks it at load.
+  const std::string plan_dir = (dir.path / "plan").string();
+  REQUIRE(sh(kBin + " compile " + shards[0] + " -o " + plan_dir).rc == 0);
+  const ir::Plan plan = ir::Plan::read(plan_dir);
+  CHECK(plan.model_size == (int64_t)(fs::file_size(shards[0]) + fs::file_size(shards[1]) + fs::file_size(shards[2])));
+  CHECK(sh(kBin + " run " + plan_dir + " -p hi -n 2 --quiet").rc == 0);
+  { std::ofstream(shards[2], std::ios::binary | std::ios::app) << '\0'; }
+  auto changed = sh(kBin + " run " + plan_dir + " -p hi -n 2");
+  CHECK(changed.rc == 1);
+  CHECK(has(changed.text, "the 3 shards of " + shards[0]));
+  CHECK(has(changed.text, "recompile"));
+
+  // The first shard alone (the others gone) fails naming the one it looked for.
+  fs::remove(shards[1]);
+  auto missing = sh(kBin + " verify " + shards[0] + " " + ref);
+  CHECK(missing.rc == 1);
+  CHECK(has(missing.text, "shard 2 of 3 is missing: " + shards[1]));
+  // A later shard given as the model says which one to give.
+  auto later = sh(kBin + " run " + shards[2] + " -p hi -n 1");
+  CHECK(later.rc == 1);
+  CHECK(has(later.text, "give the first shard (" + shards[0] + ")"));
+}
+
+TEST_CASE("a directory holding one model is that model; anything else in a directory is a clear error", "[cli]") {
+  Scratch dir("model-dir");
+  const fs::path one = dir.path / "one";
+  fs::create_directories(one);
+  cli::write_synth_model("tiny", 5, (one / "Qwen3.5-tiny-Q8_0.gguf").string());
+  { std::ofstream(one / "mmproj-F16.gguf") << "a vision projector, not a language model"; }
+  { std::ofstream(one / "README.md") << "notes"; }
+  auto r = sh(kBin + " run " + one.string() + " -p hi -n 2 --temp 0");
+  CHECK(r.rc == 0);
+  CHECK(has(r.text, "generation: 2 tokens"));
+
+  const fs::path empty = dir.path / "empty";
+  fs::create_directories(empty);
+  auto e = sh(kBin + " run " + empty.string() + " -p hi -n 1");
+  CHECK(e.rc == 1);
+  CHECK(has(e.text, "neither a plan directory (no plan.toml) nor a directory holding a model"));
+
+  const fs::path two = dir.path / "two";
+  fs::create_directories(two);
+  fs::copy_file(one / "Qwen3.5-tiny-Q8_0.gguf", two / "a.gguf");
+  fs::copy_file(one / "Qwen3.5-tiny-Q8_0.gguf", two / "b.gguf");
+  auto t = sh(kBin + " run " + two.string() + " -p hi -n 1");
+  CHECK(t.rc == 1);
+  CHECK(has(t.text, "holds 2 models (a.gguf, b.gguf): give the .gguf to use"));
+}
+
+TEST_CASE("a plan moved with its model keeps working; a plan whose model moved names it and takes --model", "[cli]") {
+  Scratch dir("moved-plan");
+  const fs::path a = dir.path / "a", b = dir.path / "b", c = dir.path / "c";
+  fs::create_directories(a);
+  cli::write_synth_model("tiny", 6, (a / "model.gguf").string());
+  REQUIRE(sh(kBin + " compile " + (a / "model.gguf").string() + " -o " + (a / "plan").string()).rc == 0);
+  CHECK(sh(kBin + " run " + (a / "plan").string() + " -p hi -n 2 --quiet").rc == 0);
+
+  // Moved together: found beside the plan, and said so.
+  fs::rename(a, b);
+  auto moved = sh(kBin + " run " + (b / "plan").string() + " -p hi -n 2");
+  CHECK(moved.rc == 0);
+  CHECK(has(moved.text, "using " + (b / "model.gguf").string() + " (found beside the plan)"));
+
+  // The model elsewhere: the error names the path the plan wants and the flag; --model points at it.
+  fs::create_directories(c);
+  fs::rename(b / "model.gguf", c / "renamed.gguf");
+  auto lost = sh(kBin + " run " + (b / "plan").string() + " -p hi -n 2");
+  CHECK(lost.rc == 1);
+  CHECK(has(lost.text, "was compiled for the model " + (a / "model.gguf").string() + ", which is not there"));
+  CHECK(has(lost.text, "--model PATH"));
+  CHECK(sh(kBin + " run " + (b / "plan").string() + " --model " + (c / "renamed.gguf").string() + " -p hi -n 2 --quiet").rc == 0);
+  // Another file is refused by its size.
+  cli::write_synth_model("tiny", 7, (c / "other.gguf").string());
+  {
+    // same tensors, different bytes of metadata: pad the file so its size differs
+    std::ofstream(c / "other.gguf", std::ios::binary | std::ios::app) << "xx";
+  }
+  auto other = sh(kBin + " run " + (b / "plan").string() + " --model " + (c / "other.gguf").string() + " -p hi -n 2");
+  CHECK(other.rc == 1);
+  CHECK(has(other.text, "recompile the plan"));
+  // The model inside the plan directory is found too.
+  fs::rename(c / "renamed.gguf", b / "plan" / "model.gguf");
+  CHECK(sh(kBin + " run " + (b / "plan").string() + " -p hi -n 2 --quiet").rc == 0);
+}
