@@ -18,6 +18,15 @@
 
 namespace qrig::cli {
 
+namespace {
+
+void print_warnings(const ir::Plan& p) {
+  for (const auto& n : p.notes)
+    if (n.rfind("warning:", 0) == 0) fmt::print(stderr, "qrig: {}\n", n);
+}
+
+}  // namespace
+
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   const ModelSource src = resolve_model(path);
   if (src.plan) {
@@ -25,6 +34,7 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
     std::string note;
     locate_plan_model(p, src.path, opt.model_override, &note);
     if (!note.empty()) fmt::print(stderr, "qrig: {}\n", note);
+    print_warnings(p);
     return p;
   }
   if (!opt.model_override.empty())
@@ -39,8 +49,11 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.max_gpus = 1;  // the runtime runs single-GPU plans (the layer pipeline over several GPUs is not built yet)
   co.precise_rows = opt.precise_rows;
   co.max_logit_rows = opt.max_logit_rows;
-  return compiler::compile(f, rig, co);
+  ir::Plan p = compiler::compile(f, rig, co);
+  print_warnings(p);
+  return p;
 }
+
 
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,

@@ -23,7 +23,9 @@ int cmd_bench(int argc, char** argv);  // cli/cmd_bench.cpp: llama-bench-style p
 std::string builtin_model_path();
 
 // A model ready to execute: from a plan directory, or a .gguf compiled on the spot for a rig (default: this
-// machine's CPU). `path` may also be a directory holding one model (cli/model_source.h).
+// machine's CPU). `path` may also be a directory holding one model (cli/model_source.h). The plan's notes that
+// start with "warning:" are printed to stderr.
+
 struct LoadOptions {
   std::string rig_path;      // empty: default rig
   std::string backend;       // "", "cpu", "cuda"

@@ -245,6 +245,10 @@ void plan_memory(CompileContext& cx) {
       throw CompileError(fmt::format("context length {} x {} sequences does not fit: at most {} tokens per sequence",
                                      cx.options.context_length, slots, fits));
     ctx = cx.options.context_length;
+    if (ctx > hp.context_length)
+      p.notes.push_back(fmt::format("warning: context length {} is above the {} tokens the model was trained for "
+                                    "({}.context_length): positions beyond it are extrapolated and output quality may "
+                                    "degrade", ctx, hp.context_length, hp.arch));
   }
   p.context_length = ctx;
   fixed_parts(ctx);

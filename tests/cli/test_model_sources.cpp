@@ -1,7 +1,7 @@
 // Getting a model in, as a user coming from llama.cpp does it (issue 14): a split model given by its first
 // shard loads and verifies, a missing shard or a changed one is an error naming it; a directory holding one
 // model is that model; a plan moved together with its model keeps working, and one whose model moved says
-// which path it wants and takes --model.
+// which path it wants and takes --model; --ctx above the trained context warns.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -156,4 +156,26 @@ TEST_CASE("a plan moved with its model keeps working; a plan whose model moved n
   // The model inside the plan directory is found too.
   fs::rename(c / "renamed.gguf", b / "plan" / "model.gguf");
   CHECK(sh(kBin + " run " + (b / "plan").string() + " -p hi -n 2 --quiet").rc == 0);
+}
+
+TEST_CASE("--ctx above the model's trained context is a warning that says so", "[cli]") {
+  Scratch dir("ctx-warning");
+  cli::SynthPreset p = cli::synth_preset("tiny");
+  p.context_length = 64;
+  const std::string model = (dir.path / "short.gguf").string();
+  cli::synth_model(p, 3).write(model);
+  auto within = sh(kBin + " run " + model + " --ctx 64 -p hi -n 2");
+  CHECK(within.rc == 0);
+  CHECK_FALSE(has(within.text, "warning"));
+  auto above = sh(kBin + " run " + model + " --ctx 128 -p hi -n 2");
+  CHECK(above.rc == 0);
+  CHECK(has(above.text, "qrig: warning: context length 128 is above the 64 tokens the model was trained for "
+                        "(qwen35.context_length)"));
+  // The plan keeps the warning in its notes (qrig inspect, later loads).
+  const std::string plan = (dir.path / "plan").string();
+  auto compiled = sh(kBin + " compile " + model + " --ctx 128 -o " + plan);
+  CHECK(compiled.rc == 0);
+  CHECK(has(compiled.text, "warning: context length 128"));
+  CHECK(has(sh(kBin + " inspect " + plan).text, "warning: context length 128"));
+  CHECK(has(sh(kBin + " run " + plan + " -p hi -n 1").text, "qrig: warning: context length 128"));
 }
