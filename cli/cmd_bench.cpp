@@ -116,7 +116,8 @@ double stddev(const std::vector<double>& v) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model"},
+  Args a(argc, argv, 2, {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model",
+          "--gpu-memory-utilization"},
          {"--no-cuda-graphs"});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
@@ -136,8 +137,8 @@ int cmd_bench(int argc, char** argv) {
   for (long long d : depths)
     for (long long n : tgs) need = std::max<int64_t>(need, d + n + 1);
   lo.context_length = a.get_int("--ctx", need);
+  lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);
   lo.model_override = a.get("--model");
-
   const std::string path = a.positional()[0];
   ir::Plan plan = load_or_compile_plan(path, lo);
   if (plan.context_length < need)

@@ -49,6 +49,7 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.max_gpus = 1;  // the runtime runs single-GPU plans (the layer pipeline over several GPUs is not built yet)
   co.precise_rows = opt.precise_rows;
   co.max_logit_rows = opt.max_logit_rows;
+  if (opt.gpu_memory_utilization > 0) co.gpu_memory_utilization = opt.gpu_memory_utilization;
   ir::Plan p = compiler::compile(f, rig, co);
   print_warnings(p);
   return p;
@@ -57,19 +58,20 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
 
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
-         {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows"},
+         {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows",
+          "--gpu-memory-utilization"},
          {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs"});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
-                     "[--backend cpu|cuda] [--gpus N] [--precise | --precise-rows N] [--emulate-dp4a] "
-                     "[--no-cuda-graphs] [--no-precompile]");
+                     "[--backend cpu|cuda] [--gpus N] [--gpu-memory-utilization F] [--precise | --precise-rows N] "
+                     "[--emulate-dp4a] [--no-cuda-graphs] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   const ModelSource src = resolve_model(a.positional()[0]);
   if (src.plan) throw UsageError(fmt::format("{} is a plan directory already; compile takes a model (.gguf)", src.path));
   gguf::File f = gguf::File::open(src.path);
-
-  compiler::Rig rig = a.has("--rig") ? compiler::Rig::load(a.get("--rig")) : compiler::Rig::default_cpu();
+  compiler::Rig rig = a.has
+("--rig") ? compiler::Rig::load(a.get("--rig")) : compiler::Rig::default_cpu();
   compiler::CompileOptions co;
   co.context_length = a.get_int("--ctx", 0);
   co.max_sequences = a.get_int("--parallel", 4);
@@ -82,6 +84,7 @@ int cmd_compile(int argc, char** argv) {
   if (a.has("--precise-rows") && co.precise_rows < 0) throw UsageError("--precise-rows must be >= 0");
   if (a.has("--emulate-dp4a")) co.family = "dp4a-emulated";
   co.decode_graphs = !a.has("--no-cuda-graphs");
+  co.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", co.gpu_memory_utilization);
   ir::Plan plan = compiler::compile(f, rig, co);
   plan.write(out);
   fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops) for {} on rig '{}'\n", out, out, plan.graph.ops.size(),
@@ -131,7 +134,11 @@ int cmd_inspect(int argc, char** argv) {
     for (const auto& d : p.memory.devices)
       fmt::print("{:<8} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}\n", d.device, d.weights, d.arena,
                  d.io, d.sampling, d.states, d.snapshots, d.total, d.budget, d.budget - d.total);
-    fmt::print("(bytes the runtime allocates on each device; snapshots are the prefix cache's budget, taken on demand)\n");
+    fmt::print("(bytes the runtime allocates on each device; snapshots are the prefix cache's budget, taken on demand;\n"
+               " budget: what the plan may use of the device{}; headroom: budget - total, left unused)\n",
+               p.backend == "cuda" ? ", the compile's --gpu-memory-utilization of its memory (notes below); the rest is "
+                                     "the runtime's (CUDA context, kernels, graphs)"
+                                   : " (the rig's memory_gib)");
   }
   if (!p.kernels.empty()) {
     fmt::print("\nkernels (op, shape, rows, variants, reason; ops = how many ops of the graph share the choice):\n");

@@ -51,7 +51,7 @@ const std::set<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "-
 int cmd_run(int argc, char** argv) {
   std::set<std::string> flags = kSamplingFlags;
   flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f",
-                "--model"});
+                "--model", "--gpu-memory-utilization"});
   Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs"});
   if (a.positional().size() > 1)
     throw UsageError("usage: qrig run [MODEL.gguf|DIR|PLAN_DIR] -p PROMPT [--chat] [--no-think] [--parse-special] [-n N] [sampling flags]");
@@ -74,10 +74,10 @@ int cmd_run(int argc, char** argv) {
   lo.backend = a.get("--backend");
   lo.context_length = a.get_int("--ctx", 0);
   lo.max_sequences = 1;
+  lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);
   std::string model = a.positional().empty() ? a.get("--model") : a.positional()[0];
   if (!a.positional().empty()) lo.model_override = a.get("--model");
   if (model.empty()) model = builtin_model_path();
-
   ir::Plan plan = load_or_compile_plan(model, lo);
   gguf::File file = gguf::File::open(plan.model_path);
   text::Tokenizer tok = text::Tokenizer::from_gguf(file);

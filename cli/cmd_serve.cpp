@@ -52,6 +52,8 @@ const Option kOptions[] = {
     {"--shutdown-timeout", "QRIG_SHUTDOWN_TIMEOUT", "8", "seconds requests in flight get to finish on SIGTERM (Docker kills at 10)"},
     {"--rig", "QRIG_RIG", "", "rig description for compiling a .gguf (default: this machine's CPU)"},
     {"--backend", "QRIG_BACKEND", "", "force a backend when compiling a .gguf: cpu | cuda"},
+    {"--gpu-memory-utilization", "QRIG_GPU_MEMORY_UTILIZATION", "0.92",
+     "fraction of each GPU's memory a compiled plan may use (.gguf only; not yet measured)"},
     {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
 };
 
@@ -60,12 +62,12 @@ const char* kUsage = "usage: qrig serve [MODEL.gguf|DIR|PLAN_DIR] [options]   (n
 std::string usage_text() {
   std::string s = std::string(kUsage) + "\n";
   for (const Option& o : kOptions)
-    s += fmt::format("  {:<20} {:<22} {}{}\n", o.flag, o.env, o.help,
+    s += fmt::format("  {:<26} {:<28} {}{}\n", o.flag, o.env, o.help,
                      *o.dflt ? fmt::format(" [{}]", o.dflt) : std::string());
-  s += fmt::format("  {:<20} {:<22} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
-  s += fmt::format("  {:<20} {:<22} {}\n", "--no-cuda-graphs", "(flag only)",
+  s += fmt::format("  {:<26} {:<28} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
+  s += fmt::format("  {:<26} {:<28} {}\n", "--no-cuda-graphs", "(flag only)",
                    "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
-  s += fmt::format("  {:<20} {:<22} {}\n", "MODEL", "QRIG_MODEL",
+  s += fmt::format("  {:<26} {:<28} {}\n", "MODEL", "QRIG_MODEL",
                    "the .gguf (first shard of a split one), a directory holding it, or a plan directory");
   return s;
 }
@@ -79,6 +81,16 @@ class Settings {
     if (a_.has(o.flag)) return a_.get(o.flag);
     if (const char* e = std::getenv(o.env)) return e;
     return o.dflt;
+  }
+  double number(const char* flag, double lo, double hi) const {
+    const Option& o = find(flag);
+    std::string v = str(flag);
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    const char* from = a_.has(o.flag) ? o.flag : o.env;
+    if (v.empty() || *end) throw UsageError(fmt::format("{} wants a number, got '{}'", from, v));
+    if (!(x >= lo && x <= hi)) throw UsageError(fmt::format("{} must be in [{}, {}], got {}", from, lo, hi, v));
+    return x;
   }
   long long integer(const char* flag, long long lo, long long hi) const {
     const Option& o = find(flag);
@@ -127,6 +139,9 @@ int cmd_serve(int argc, char** argv) {
   const char* log_env = std::getenv("QRIG_REQUEST_LOG");
   so.log_requests = !a.has("--no-request-log") && !(log_env && std::string(log_env) == "0");
   const long long grace_s = set.integer("--shutdown-timeout", 0, 86400);
+  // Checked before anything starts: a bad value is a usage error, not a failed load.
+  const long long ctx_tokens = set.integer("--ctx", 0, 1ll << 40);
+  const double gpu_fraction = set.number("--gpu-memory-utilization", 0.01, 1.0);
 
   // The model: the positional (or QRIG_MODEL), or --model; with a plan directory --model is its model file.
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";
@@ -139,7 +154,7 @@ int cmd_serve(int argc, char** argv) {
   if (!model_override.empty() && !plan_dir)
     throw UsageError(fmt::format("give the model once: {} and --model {}", model_path, model_override));
   if (plan_dir)
-    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend"})
+    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization"})
       if (set.given(set.find(f)))
         throw UsageError(fmt::format("{} applies when compiling a .gguf; the plan {} fixes it (recompile with qrig compile)",
                                      f, model_path));
@@ -201,7 +216,8 @@ int cmd_serve(int argc, char** argv) {
     lo.rig_path = set.str("--rig");
     lo.backend = set.str("--backend");
     lo.max_sequences = so.slots;
-    lo.context_length = set.integer("--ctx", 0, 1ll << 40);
+    lo.context_length = ctx_tokens;
+    lo.gpu_memory_utilization = gpu_fraction;
     lo.model_override = model_override;
     if (builtin) {
       model_path = builtin_model_path();
@@ -219,7 +235,6 @@ int cmd_serve(int argc, char** argv) {
     std::string alias = set.str("--alias");
     model->id = !alias.empty() ? alias : plan_dir ? std::filesystem::path(model_path).stem().string()
                                                   : model_display_name(plan.model_path);
-
     model->path = plan_dir ? model_path : plan.model_path;
     model->created = (int64_t)std::time(nullptr);
     model->init();

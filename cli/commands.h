@@ -25,7 +25,6 @@ std::string builtin_model_path();
 // A model ready to execute: from a plan directory, or a .gguf compiled on the spot for a rig (default: this
 // machine's CPU). `path` may also be a directory holding one model (cli/model_source.h). The plan's notes that
 // start with "warning:" are printed to stderr.
-
 struct LoadOptions {
   std::string rig_path;      // empty: default rig
   std::string backend;       // "", "cpu", "cuda"
@@ -34,6 +33,7 @@ struct LoadOptions {
   int64_t precise_rows = -1;  // CompileOptions::precise_rows
   int64_t max_logit_rows = 0;  // CompileOptions::max_logit_rows
   std::string family;          // CompileOptions::family ("dp4a-emulated")
+  double gpu_memory_utilization = 0;  // CompileOptions::gpu_memory_utilization; 0: its default
   std::string model_override;  // --model: a plan directory's model file at a new place
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);

@@ -15,6 +15,11 @@ namespace qrig::compiler {
 // nearly free while a matmul is bound by its weight bytes (decode of a few sequences, a few rows of logits).
 constexpr int64_t kDefaultPreciseRows = 4;
 
+// The fraction of each GPU's memory (the rig's memory_gib) a plan may use, like vLLM's --gpu-memory-utilization:
+// the rest is left to what the runtime needs beyond the plan (CUDA context, kernel libraries, CUDA graphs,
+// allocator fragmentation). Not yet measured on a GPU: a safe guess (vLLM's default is 0.9).
+constexpr double kDefaultGpuMemoryUtilization = 0.92;
+
 struct CompileOptions {
   int64_t context_length = 0;    // 0: the most that fits, capped by the model's context_length
   int64_t max_sequences = 4;     // sequence slots (server --parallel)
@@ -30,6 +35,9 @@ struct CompileOptions {
   // "" (the backend's own family), or "dp4a-emulated": the cpu runs the GPU family's numerics.
   std::string family;
   bool decode_graphs = true;  // CUDA plans: decode steps as CUDA graphs
+  // GPU plans: the budget per device is this fraction of its memory, in (0, 1]. CPU rigs say in memory_gib what
+  // the plan may use.
+  double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.

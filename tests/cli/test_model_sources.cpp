@@ -1,7 +1,8 @@
 // Getting a model in, as a user coming from llama.cpp does it (issue 14): a split model given by its first
 // shard loads and verifies, a missing shard or a changed one is an error naming it; a directory holding one
 // model is that model; a plan moved together with its model keeps working, and one whose model moved says
-// which path it wants and takes --model; --ctx above the trained context warns.
+// which path it wants and takes --model; --ctx above the trained context warns; the GPU memory fraction of a
+// plan is a compile option that `qrig inspect` shows.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -178,4 +179,30 @@ TEST_CASE("--ctx above the model's trained context is a warning that says so", "
   CHECK(has(compiled.text, "warning: context length 128"));
   CHECK(has(sh(kBin + " inspect " + plan).text, "warning: context length 128"));
   CHECK(has(sh(kBin + " run " + plan + " -p hi -n 1").text, "qrig: warning: context length 128"));
+}
+
+TEST_CASE("the GPU memory fraction is a compile option; qrig inspect shows the budget and the headroom", "[cli]") {
+  Scratch dir("gpu-fraction");
+  const std::string model = (dir.path / "m.gguf").string();
+  cli::write_synth_model("tiny", 2, model);
+  const std::string rig = std::string(QRIG_SOURCE_DIR) + "/rigs/h200.toml";  // memory_gib = 139
+  const std::string def = (dir.path / "default").string(), half = (dir.path / "half").string();
+  REQUIRE(sh(kBin + " compile " + model + " --rig " + rig + " --no-precompile -o " + def).rc == 0);
+  REQUIRE(sh(kBin + " compile " + model + " --rig " + rig + " --no-precompile --gpu-memory-utilization 0.5 -o " + half)
+              .rc == 0);
+  const ir::Plan pd = ir::Plan::read(def), ph = ir::Plan::read(half);
+  REQUIRE(pd.memory.devices.size() == 1);
+  REQUIRE(ph.memory.devices.size() == 1);
+  const double gib = 1024.0 * 1024 * 1024;
+  CHECK(pd.memory.devices[0].budget == (int64_t)(139 * gib * 0.92));
+  CHECK(ph.memory.devices[0].budget == (int64_t)(139 * gib * 0.5));
+  auto shown = sh(kBin + " inspect " + half);
+  CHECK(shown.rc == 0);
+  CHECK(has(shown.text, std::to_string(ph.memory.devices[0].budget)));
+  CHECK(has(shown.text, std::to_string(ph.memory.devices[0].budget - ph.memory.devices[0].total)));
+  CHECK(has(shown.text, "the plan may use 0.50 of"));
+  auto bad = sh(kBin + " compile " + model + " --rig " + rig + " --no-precompile --gpu-memory-utilization 1.5 -o " +
+                (dir.path / "bad").string());
+  CHECK(bad.rc == 1);
+  CHECK(has(bad.text, "--gpu-memory-utilization) must be in (0, 1]"));
 }
