@@ -60,7 +60,7 @@ class BackendModel final : public BenchModel {
 class CudaModel final : public BenchModel {
  public:
   CudaModel(const ir::Plan& plan, bool graphs)
-      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, {}, graphs}) {}
+      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, {}, graphs, {}}) {}
   void reset() override { ex_.reset(0); }
   int32_t run(const std::vector<int32_t>& tokens, bool last) override {
     std::vector<std::vector<int32_t>> rows(1);

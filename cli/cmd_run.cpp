@@ -13,6 +13,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/load_report.h"
 #include "gguf/gguf.h"
 #include "runtime/engine.h"
 #include "text/chat.h"
@@ -106,6 +107,8 @@ int cmd_run(int argc, char** argv) {
 
   runtime::BackendOptions bo;
   bo.cuda_graphs = !a.has("--no-cuda-graphs");
+  LoadReporter progress("qrig");
+  if (!a.has("--quiet")) bo.progress = progress.callback();
   runtime::Engine engine(runtime::make_backend(plan, bo));
   if (!a.has("--quiet")) fmt::print(stderr, "qrig: {} ({}), {} prompt tokens\n", plan.model_name, plan.backend, req.prompt.size());
   std::fputs(text.c_str(), stdout);

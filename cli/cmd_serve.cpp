@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -18,6 +19,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/load_report.h"
 #include "cli/model_source.h"
 #include "gguf/gguf.h"
 #include "runtime/backend.h"
@@ -115,6 +117,7 @@ class Settings {
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
+  const auto t_start = std::chrono::steady_clock::now();
   std::set<std::string> value_flags;
   for (const Option& o : kOptions) value_flags.insert(o.flag);
   Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--help", "-h"});
@@ -224,6 +227,9 @@ int cmd_serve(int argc, char** argv) {
       if (!set.given(set.find("--ctx"))) lo.context_length = 8192;
     }
     ir::Plan plan = load_or_compile_plan(model_path, lo);
+    fmt::print(stderr, "qrig serve: {} {}: {} backend, context {} tokens x {} slots\n",
+               plan_dir ? "plan" : "compiled a plan for", plan_dir ? model_path : plan.model_path, plan.backend,
+               plan.context_length, plan.max_sequences);
     auto model = std::make_shared<server::ServedModel>();
     {
       gguf::File f = gguf::File::open(plan.model_path);
@@ -231,15 +237,19 @@ int cmd_serve(int argc, char** argv) {
     }
     runtime::BackendOptions bo;
     bo.cuda_graphs = !a.has("--no-cuda-graphs");
+    LoadReporter progress("qrig serve");
+    bo.progress = progress.callback();
     model->engine = std::make_shared<runtime::Engine>(runtime::make_backend(plan, bo), so.max_queue);
+    print_memory_summary(plan, "qrig serve");
     std::string alias = set.str("--alias");
     model->id = !alias.empty() ? alias : plan_dir ? std::filesystem::path(model_path).stem().string()
                                                   : model_display_name(plan.model_path);
     model->path = plan_dir ? model_path : plan.model_path;
     model->created = (int64_t)std::time(nullptr);
     model->init();
-    fmt::print(stderr, "qrig serve: ready: model '{}' ({} backend, context {} tokens x {} slots) at http://{}:{}/v1\n",
-               model->id, plan.backend, plan.context_length, plan.max_sequences, so.host, port);
+    const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    fmt::print(stderr, "qrig serve: ready in {:.1f} s: model '{}' ({} backend, context {} tokens x {} slots) at http://{}:{}/v1\n",
+               ready_s, model->id, plan.backend, plan.context_length, plan.max_sequences, so.host, port);
     http.set_model(std::move(model));
     loaded = true;
   } catch (const std::exception& e) {
