@@ -25,6 +25,7 @@
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "server/http_server.h"
+#include "server/metrics.h"
 #include "text/tokenizer.h"
 
 namespace qrig::cli {
@@ -57,6 +58,7 @@ const Option kOptions[] = {
     {"--gpu-memory-utilization", "QRIG_GPU_MEMORY_UTILIZATION", "0.92",
      "fraction of each GPU's memory a compiled plan may use (.gguf only; not yet measured)"},
     {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
+    {"--metrics-compat", "QRIG_METRICS_COMPAT", "", "also name metrics as llama-server and/or vLLM do: llamacpp,vllm"},
 };
 
 const char* kUsage = "usage: qrig serve [MODEL.gguf|DIR|PLAN_DIR] [options]   (no model: a built-in tiny random model)";
@@ -66,6 +68,8 @@ std::string usage_text() {
   for (const Option& o : kOptions)
     s += fmt::format("  {:<26} {:<28} {}{}\n", o.flag, o.env, o.help,
                      *o.dflt ? fmt::format(" [{}]", o.dflt) : std::string());
+  s += fmt::format("  {:<26} {:<28} {}\n", "--metrics-public", "QRIG_METRICS_PUBLIC=1",
+                   "GET /metrics without the API key (like /health)");
   s += fmt::format("  {:<26} {:<28} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
   s += fmt::format("  {:<26} {:<28} {}\n", "--no-cuda-graphs", "(flag only)",
                    "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
@@ -120,7 +124,7 @@ int cmd_serve(int argc, char** argv) {
   const auto t_start = std::chrono::steady_clock::now();
   std::set<std::string> value_flags;
   for (const Option& o : kOptions) value_flags.insert(o.flag);
-  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--help", "-h"});
+  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--metrics-public", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     fmt::print("{}", usage_text());
     return 0;
@@ -141,6 +145,12 @@ int cmd_serve(int argc, char** argv) {
   so.slots = set.integer("--parallel", 1, 1024);
   const char* log_env = std::getenv("QRIG_REQUEST_LOG");
   so.log_requests = !a.has("--no-request-log") && !(log_env && std::string(log_env) == "0");
+  const char* public_env = std::getenv("QRIG_METRICS_PUBLIC");
+  so.metrics_public = a.has("--metrics-public") || (public_env && std::string(public_env) == "1");
+  so.metrics_compat = set.str("--metrics-compat");
+  for (const std::string& c : server::metrics_compat_names(so.metrics_compat))
+    if (c != "llamacpp" && c != "vllm")
+      throw UsageError(fmt::format("--metrics-compat takes llamacpp, vllm or both (comma-separated), not '{}'", c));
   const long long grace_s = set.integer("--shutdown-timeout", 0, 86400);
   // Checked before anything starts: a bad value is a usage error, not a failed load.
   const long long ctx_tokens = set.integer("--ctx", 0, 1ll << 40);

@@ -38,7 +38,7 @@ struct Engine::Active {
   int64_t generated = 0;
   int32_t last = -1;             // token to feed next during generation
   bool in_generation = false;
-  Clock::time_point start, first_token;
+  Clock::time_point start, admitted, first_token;  // admitted: a slot took it (start until then: the queue)
   std::vector<int32_t> history;  // tokens in the slot's state, for prefix reuse after the request
 };
 
@@ -139,6 +139,8 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
   } else {
     d.prompt_ms = ms_since(a.start);
   }
+  d.queue_ms = a.admitted != Clock::time_point{} ? std::chrono::duration<double, std::milli>(a.admitted - a.start).count()
+                                                 : ms_since(a.start);
   {
     std::lock_guard<std::mutex> lk(mu_);
     stats_.requests_total += 1;
@@ -203,6 +205,7 @@ std::vector<Engine::Failed> Engine::admit_locked() {
     if (best < 0) break;
     std::unique_ptr<Active> a = std::move(queue_.front());
     queue_.pop_front();
+    a->admitted = Clock::now();
     SlotCache& c = *cache_[(size_t)best];
     a->slot = best;
     try {

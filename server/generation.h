@@ -83,6 +83,8 @@ class Generation {
     std::optional<runtime::DoneEvent> done;
   };
   void finish_text(Step& step);
+  // Tells the metrics how it ended (once: when done, or when destroyed before).
+  void report_end();
 
   std::shared_ptr<const ServedModel> model_;
   std::shared_ptr<Queue> q_;
@@ -96,6 +98,7 @@ class Generation {
   std::string finish_reason_, early_reason_, error_;
   int64_t completion_tokens_ = 0;
   runtime::DoneEvent stats_;
+  bool reported_ = false;
 };
 
 // Random identifiers for responses ("chatcmpl-" + 24 alphanumerics...).

@@ -18,7 +18,7 @@ namespace qrig::server {
 
 struct Context {
   ServerOptions opt;
-  Metrics metrics;
+  std::shared_ptr<Metrics> metrics = std::make_shared<Metrics>();
   std::atomic<bool> draining{false};
   mutable std::mutex mu;
   std::shared_ptr<const ServedModel> model;  // null while loading

@@ -125,7 +125,8 @@ bool check_head(Context& ctx, const Request& req, Response& res) {
     return true;
   }
   const bool post_route = is_route(req.path, true), get_route = is_route(req.path, false);
-  if (!ctx.opt.api_key.empty() && !(get_route && is_health(req.path)) && !authorized(ctx.opt.api_key, req)) {
+  const bool public_route = get_route && (is_health(req.path) || (ctx.opt.metrics_public && req.path == "/metrics"));
+  if (!ctx.opt.api_key.empty() && !public_route && !authorized(ctx.opt.api_key, req)) {
     send_error(res, ApiError(ErrorKind::authentication, req.has_header("Authorization")
                                                             ? "invalid API key"
                                                             : "missing API key: send 'Authorization: Bearer <key>'"));
@@ -205,7 +206,8 @@ void route(Context& ctx, const Request& req, Response& res) {
   if (is_health(p)) return handle_health(ctx, res);
   if (p == "/metrics") {
     ModelPtr m = ctx.get_model();
-    res.set_content(ctx.metrics.render(m ? m->engine.get() : nullptr, m != nullptr), "text/plain; version=0.0.4");
+    res.set_content(ctx.metrics->render(m ? m->engine.get() : nullptr, m ? m->id : "", m != nullptr),
+                    "text/plain; version=0.0.4");
     return;
   }
   send_error(res, ApiError(ErrorKind::not_found, fmt::format("no route for {} {}", req.method, req.path)));
@@ -221,6 +223,7 @@ int http_thread_count(const ServerOptions& o) {
 HttpServer::HttpServer(ServerOptions opt) : ctx_(std::make_unique<Context>()) {
   ctx_->opt = std::move(opt);
   const ServerOptions& o = ctx_->opt;
+  ctx_->metrics->set_compat(o.metrics_compat);
   ConnectionLimits lim;
   lim.head_timeout_ms = (int64_t)o.head_timeout_s * 1000;
   lim.io_timeout_ms = (int64_t)o.timeout_s * 1000;
@@ -240,7 +243,7 @@ HttpServer::HttpServer(ServerOptions opt) : ctx_(std::make_unique<Context>()) {
     res.status = status;
   };
   h.log = [&ctx](const Request& req, const Response& res, double ms) {
-    ctx.metrics.count_request(route_label(req.path), res.status);
+    ctx.metrics->count_request(route_label(req.path), res.status);
     if (ctx.opt.log_requests)
       fmt::print(stderr, "qrig serve: {} {} {} {} {:.1f} ms\n", log_escape(req.remote_addr, 64), log_escape(req.method, 32),
                  log_escape(req.path, 512), res.status, ms);
@@ -255,6 +258,7 @@ int HttpServer::bind() { return conn_->bind(ctx_->opt.host, ctx_->opt.port); }
 void HttpServer::run() { conn_->run(); }
 
 void HttpServer::set_model(std::shared_ptr<ServedModel> model) {
+  if (model) model->metrics = ctx_->metrics;
   std::lock_guard<std::mutex> lk(ctx_->mu);
   ctx_->model = std::move(model);
 }

@@ -27,6 +27,8 @@ struct ServerOptions {
   int64_t max_queue = 64;                  // only used for the http_threads default
   int64_t slots = 4;                       // idem
   bool log_requests = true;                // one line per request on stderr
+  bool metrics_public = false;             // GET /metrics answers without the API key
+  std::string metrics_compat;              // also llama-server's / vLLM's metric names: "llamacpp", "vllm", both
 };
 
 constexpr int kMaxHttpThreads = 1024;
