@@ -149,6 +149,10 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
     stats_.cached_tokens_total += a.cached;
     stats_.prompt_seconds_total += d.prompt_ms / 1000.0;
     stats_.generation_seconds_total += d.generation_ms / 1000.0;
+    // Its slot is free from here on (release() follows): a client told of the end below and asking for the stats
+    // at once (GET /health, /metrics) must not see the request still running.
+    if (a.slot >= 0 && (size_t)a.slot < active_.size() && active_[(size_t)a.slot].get() == &a && stats_.running > 0)
+      stats_.running -= 1;
   }
   if (a.slot >= 0) {
     SlotCache& c = *cache_[(size_t)a.slot];

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "engine_test_util.h"
 
@@ -397,4 +398,34 @@ TEST_CASE("requests that finish on their own leave the engine idle: stats say so
   CHECK(in_time);
   if (!in_time) e.cancel(987654321);  // any wake-up lets the engine see it is idle, so the test ends
   t.join();
+}
+
+TEST_CASE("a request's end is announced after its slot counts as free (a client that asks at once sees it idle)",
+          "[runtime]") {
+  auto plan = test::plan_for(2, 128);
+  runtime::Engine e(runtime::make_backend(plan));
+  std::mt19937 rng(10);
+  for (const bool cancel : {false, true}) {
+    INFO((cancel ? "cancelled" : "finished on its own"));
+    auto seen = std::make_shared<std::promise<std::pair<int64_t, int64_t>>>();
+    auto started = std::make_shared<std::promise<void>>();
+    auto first = std::make_shared<bool>(true);
+    runtime::Callbacks cb;
+    cb.on_token = [started, first](const runtime::TokenEvent&) {
+      if (std::exchange(*first, false)) started->set_value();
+    };
+    // What a client that reads /health as soon as its response ends would see.
+    cb.on_done = [&e, seen](const runtime::DoneEvent&) {
+      const runtime::EngineStats s = e.stats();
+      seen->set_value({s.running, s.queued});
+    };
+    const uint64_t id = e.submit(greedy(random_prompt(rng, 6), cancel ? 100 : 3), cb);
+    if (cancel) {
+      started->get_future().wait();
+      e.cancel(id);
+    }
+    const auto [running, queued] = seen->get_future().get();
+    CHECK(running == 0);
+    CHECK(queued == 0);
+  }
 }
