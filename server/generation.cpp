@@ -33,7 +33,8 @@ nlohmann::json token_bytes(const text::Tokenizer& tok, int32_t id) {
 }
 
 Generation::Generation(std::shared_ptr<const ServedModel> model, runtime::Request req, Options opt)
-    : model_(std::move(model)), q_(std::make_shared<Queue>()), decoder_(*model_->tokenizer), stop_(opt.stop), skip_special_(opt.skip_special) {
+    : model_(std::move(model)), q_(std::make_shared<Queue>()), decoder_(*model_->tokenizer), stop_(opt.stop), skip_special_(opt.skip_special),
+      record_(RequestScope::current()) {
   runtime::Engine& engine = *model_->engine;
   if (req.prompt.empty()) throw ApiError(ErrorKind::invalid_request, "the prompt is empty", opt.prompt_param);
   for (int32_t t : req.prompt)
@@ -89,6 +90,9 @@ void Generation::report_end() {
   reported_ = true;
   try {
     if (model_->metrics) model_->metrics->observe({finish_reason_, done_, stats_});
+    if (record_)
+      record_->add_generation(done_ ? stats_.prompt_tokens : 0, stats_.cached_tokens, completion_tokens_,
+                              stats_.prompt_ms, stats_.generation_ms, stats_.queue_ms, finish_reason_, error_);
   } catch (const std::exception&) {  // reporting never fails a generation (or a destructor)
   }
 }
@@ -98,7 +102,7 @@ void Generation::cancel() {
   cancel_requested_ = true;
   stopped_ = true;
   model_->engine->cancel(id_);
-  finish_reason_ = "cancelled";  // the client is gone: report now
+  finish_reason_ = "cancelled";  // the client is gone: report now, the response's log line follows at once
   report_end();
 }
 
@@ -111,6 +115,7 @@ void Generation::stop_early(const std::string& reason, size_t unused_tokens) {
     if ((finish_reason_ == "stop" || finish_reason_ == "length") && reason != finish_reason_) {
       // Already reported at the end: the end turned out to be this reason (a tool call completed by the tail).
       if (reported_ && model_->metrics) model_->metrics->reclassify(finish_reason_, reason);
+      if (reported_ && record_) record_->reclassify(finish_reason_, reason);
       finish_reason_ = reason;
     }
     return;

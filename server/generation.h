@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/errors.h"
+#include "server/request_log.h"
 #include "server/served_model.h"
 #include "text/stop.h"
 
@@ -83,7 +84,7 @@ class Generation {
     std::optional<runtime::DoneEvent> done;
   };
   void finish_text(Step& step);
-  // Tells the metrics how it ended (once: when done, or when destroyed before).
+  // Tells the metrics and the request's log record how it ended (once: when done, or when destroyed before).
   void report_end();
 
   std::shared_ptr<const ServedModel> model_;
@@ -98,6 +99,7 @@ class Generation {
   std::string finish_reason_, early_reason_, error_;
   int64_t completion_tokens_ = 0;
   runtime::DoneEvent stats_;
+  std::shared_ptr<RequestRecord> record_;  // the HTTP request this generation belongs to (may be null)
   bool reported_ = false;
 };
 

@@ -1,7 +1,8 @@
 // HttpServer: the application on top of the connection layer (server/connection_server.h): routes, the API
 // key (checked before routes are matched, so a client without the key learns nothing, not even which routes
 // exist), CORS, error objects for the connection layer's own failures, the request log (escaped: nothing a
-// client sends can forge a log line) and per-route metrics, and draining for graceful shutdown.
+// client sends can forge a log line; server/request_log.h) and per-route metrics, and draining for graceful
+// shutdown.
 #include "server/http_server.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "server/connection_server.h"
 #include "server/handlers.h"
+#include "server/request_log.h"
 #include "server/sse.h"
 
 namespace qrig::server {
@@ -235,18 +237,35 @@ HttpServer::HttpServer(ServerOptions opt) : ctx_(std::make_unique<Context>()) {
 
   Context& ctx = *ctx_;
   ConnectionServer::Handlers h;
-  h.early = [&ctx](const Request& req, Response& res) { return check_head(ctx, req, res); };
+  h.early = [&ctx](const Request& req, Response& res) {
+    if (!check_head(ctx, req, res)) return false;
+    res.set_header("X-Request-Id", request_id(req));
+    return true;
+  };
   h.on_worker = [](const Request& req) { return is_route(req.path, true); };
-  h.handle = [&ctx](Request& req, Response& res) { route(ctx, req, res); };
+  h.handle = [&ctx](Request& req, Response& res) {
+    // The generations the handler runs report into this request's record (server/request_log.h).
+    auto record = std::make_shared<RequestRecord>();
+    {
+      RequestScope scope(record);
+      route(ctx, req, res);
+    }
+    res.record = std::move(record);
+    res.set_header("X-Request-Id", request_id(req));
+  };
   h.error = [](int status, const std::string& message, Response& res) {
     send_error(res, ApiError(kind_for_status(status), message));
     res.status = status;
   };
-  h.log = [&ctx](const Request& req, const Response& res, double ms) {
+  h.log = [&ctx](const Request& req, const Response& res, double ms, bool complete) {
     ctx.metrics->count_request(route_label(req.path), res.status);
-    if (ctx.opt.log_requests)
-      fmt::print(stderr, "qrig serve: {} {} {} {} {:.1f} ms\n", log_escape(req.remote_addr, 64), log_escape(req.method, 32),
-                 log_escape(req.path, 512), res.status, ms);
+    if (!ctx.opt.log_requests) return;
+    Delivery d;
+    d.ms = ms;
+    d.complete = complete && res.status != 499;
+    d.client_gone = res.status == 499 || (!complete && !req.client_alive());
+    const std::string line = request_log_line(req, res, res.record.get(), d);
+    std::fputs(line.c_str(), stderr);
   };
   conn_ = std::make_unique<ConnectionServer>(std::move(lim), std::move(h));
 }

@@ -26,7 +26,7 @@ struct ServerOptions {
   int max_connections = 1024;              // open connections at most
   int64_t max_queue = 64;                  // only used for the http_threads default
   int64_t slots = 4;                       // idem
-  bool log_requests = true;                // one line per request on stderr
+  bool log_requests = true;                // one line per request on stderr (server/request_log.h)
   bool metrics_public = false;             // GET /metrics answers without the API key
   std::string metrics_compat;              // also llama-server's / vLLM's metric names: "llamacpp", "vllm", both
 };

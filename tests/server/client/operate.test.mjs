@@ -1,14 +1,15 @@
 // Operating `qrig serve` (issue 14), on a `qrig synth` model so that these tests need no fixtures: the load
 // progress and the per-device memory summary in its output; /health and /metrics after requests (nothing
 // processing, the latency histograms' _bucket/_sum/_count counting the requests, finish reasons, prefix-cache
-// hits, the model label, llama-server's and vLLM's names when asked); /metrics without the key when asked.
+// hits, the model label, llama-server's and vLLM's names when asked); /metrics without the key when asked;
+// the request log (one line per request with its id, tokens, finish reason, errors, a client that left).
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { BINARY, startServer, postJSON } from './helpers.mjs';
+import { BINARY, startServer, postJSON, rawConnect, sleep } from './helpers.mjs';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'qrig-operate-'));
 const MODEL = path.join(dir, 'synth-tiny.gguf');
@@ -35,6 +36,15 @@ async function metricsText(base, headers = {}) {
   const r = await fetch(`${base}/metrics`, { headers });
   assert.equal(r.status, 200);
   return r.text();
+}
+
+async function waitFor(pred, ms = 5000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await pred()) return true;
+    await sleep(20);
+  }
+  return false;
 }
 
 before(() => {
@@ -163,5 +173,62 @@ describe('metrics names and access', () => {
     } finally {
       await open.stop();
     }
+  });
+});
+
+describe('request log', () => {
+  let srv;
+  before(async () => { srv = await startServer({ model: MODEL, parallel: 1, ctx: 1024, requestLog: true }); });
+  after(async () => { await srv.stop(); });
+  // The log lines of requests (startServer's /health polls excluded: they may be logged late).
+  const lines = () => srv.log().split('\n').filter((l) => /^qrig serve: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z /.test(l) &&
+    !l.includes(' GET /health '));
+
+  it('one line per request: id, route, status, tokens, speed, finish reason; errors say why', async () => {
+    const n0 = lines().length;
+    const ok = await postJSON(srv.base, '/v1/chat/completions', chat('hello', { max_tokens: 4, logit_bias: EOG_BAN }),
+      { 'X-Request-Id': 'trace-42' });
+    assert.equal(ok.status, 200);
+    assert.equal(ok.headers.get('x-request-id'), 'trace-42');
+    const bad = await postJSON(srv.base, '/v1/chat/completions', '{"messages": [');
+    assert.equal(bad.status, 400);
+    const rid = bad.headers.get('x-request-id');
+    assert.match(rid, /^req-[A-Za-z0-9]{16}$/);
+    // A request id that is not a plain token is replaced (it cannot reach the log or the header as sent).
+    const odd = await postJSON(srv.base, '/v1/chat/completions', chat('x', { max_tokens: 1 }), { 'X-Request-Id': 'a b"c' });
+    assert.match(odd.headers.get('x-request-id'), /^req-/);
+    const missing = await fetch(`${srv.base}/v1/nothing`);
+    assert.equal(missing.status, 404);
+    const missingId = missing.headers.get('x-request-id');
+    assert.ok(await waitFor(() => lines().length >= n0 + 4));
+    const mine = lines().slice(n0);
+    assert.equal(mine.length, 4, mine.join('\n'));
+    // Lines are written as responses end; find each by its id.
+    const byId = (id) => {
+      const l = mine.filter((x) => x.split(' ')[3] === id);
+      assert.equal(l.length, 1, `${id}: ${mine.join('\n')}`);
+      return l[0];
+    };
+    const u = ok.json.usage;
+    assert.match(byId('trace-42'), new RegExp(`^qrig serve: \\S+ trace-42 127\\.0\\.0\\.1 POST /v1/chat/completions 200 [0-9.]+ ms ` +
+      `prompt=${u.prompt_tokens} cached=${u.prompt_tokens_details.cached_tokens} generated=4 (prompt_tps=[0-9.]+ )?gen_tps=[0-9.]+ (queued=\\d+ms )?finish=length$`));
+    assert.match(byId(rid), /^qrig serve: \S+ req-\S+ 127\.0\.0\.1 POST \/v1\/chat\/completions 400 [0-9.]+ ms error="the request body is not valid JSON: .*"$/);
+    assert.match(byId(missingId), /^qrig serve: \S+ req-\S+ 127\.0\.0\.1 GET \/v1\/nothing 404 [0-9.]+ ms error="no route for GET \/v1\/nothing"$/);
+    assert.ok(!mine.some((l) => l.includes('a b')), 'the odd request id is not logged');
+  });
+
+  it('a client that disconnects mid-stream is logged as such', async () => {
+    const n0 = lines().length;
+    const s = await rawConnect(srv.port);
+    let got = '';
+    const firstTokens = new Promise((resolve) => s.on('data', (d) => { got += d; if ((got.match(/data: /g) ?? []).length >= 3) resolve(); }));
+    const body = JSON.stringify(chat('tell me everything', { stream: true, max_tokens: 2000, logit_bias: EOG_BAN }));
+    s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: gone-1\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    await firstTokens;
+    s.destroy();
+    assert.ok(await waitFor(() => lines().slice(n0).some((l) => l.includes(' gone-1 '))), srv.log().slice(-800));
+    const line = lines().slice(n0).find((l) => l.includes(' gone-1 '));
+    assert.match(line, / POST \/v1\/chat\/completions 200 [0-9.]+ ms prompt=\d+ cached=\d+ generated=\d+ .*finish=cancelled client disconnected$/);
   });
 });
