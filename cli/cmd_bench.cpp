@@ -116,9 +116,9 @@ double stddev(const std::vector<double>& v) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model",
-          "--gpu-memory-utilization"},
-         {"--no-cuda-graphs"});
+  Args a(argc, argv, 2,
+         {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model", "--gpu-memory-utilization"},
+         {"--no-cuda-graphs"}, {{"-m", "--model"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
                      "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--no-cuda-graphs]");

@@ -55,12 +55,22 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   return p;
 }
 
+std::string backend_for_ngl(const Args& a, const std::string& backend) {
+  if (!a.has("--n-gpu-layers")) return backend;
+  if (a.get("--n-gpu-layers") != "0")
+    throw UsageError(fmt::format("-ngl {}: qrig has no per-layer offload; the rig decides where layers go: --rig RIG.toml "
+                                 "(from qrig probe) puts every layer on the GPU, --backend cpu none (-ngl 0)",
+                                 a.get("--n-gpu-layers")));
+  if (!backend.empty() && backend != "cpu") throw UsageError("-ngl 0 means --backend cpu; --backend says " + backend);
+  return "cpu";
+}
 
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows",
           "--gpu-memory-utilization"},
-         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs"});
+         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs"},
+         {{"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-b", "--batch"}, {"--batch-size", "--batch"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
                      "[--backend cpu|cuda] [--gpus N] [--gpu-memory-utilization F] [--precise | --precise-rows N] "
@@ -70,8 +80,7 @@ int cmd_compile(int argc, char** argv) {
   const ModelSource src = resolve_model(a.positional()[0]);
   if (src.plan) throw UsageError(fmt::format("{} is a plan directory already; compile takes a model (.gguf)", src.path));
   gguf::File f = gguf::File::open(src.path);
-  compiler::Rig rig = a.has
-("--rig") ? compiler::Rig::load(a.get("--rig")) : compiler::Rig::default_cpu();
+  compiler::Rig rig = a.has("--rig") ? compiler::Rig::load(a.get("--rig")) : compiler::Rig::default_cpu();
   compiler::CompileOptions co;
   co.context_length = a.get_int("--ctx", 0);
   co.max_sequences = a.get_int("--parallel", 4);

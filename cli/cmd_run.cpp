@@ -52,8 +52,10 @@ const std::set<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "-
 int cmd_run(int argc, char** argv) {
   std::set<std::string> flags = kSamplingFlags;
   flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f",
-                "--model", "--gpu-memory-utilization"});
-  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs"});
+                "--model", "--gpu-memory-utilization", "--n-gpu-layers"});
+  // llama-cli's spellings of the same flags.
+  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs"},
+         {{"-m", "--model"}, {"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-ngl", "--n-gpu-layers"}});
   if (a.positional().size() > 1)
     throw UsageError("usage: qrig run [MODEL.gguf|DIR|PLAN_DIR] -p PROMPT [--chat] [--no-think] [--parse-special] [-n N] [sampling flags]");
   std::string prompt = a.get("-p", a.get("--prompt"));
@@ -72,7 +74,7 @@ int cmd_run(int argc, char** argv) {
   const bool thinking = chat && !a.has("--no-think");
   LoadOptions lo;
   lo.rig_path = a.get("--rig");
-  lo.backend = a.get("--backend");
+  lo.backend = backend_for_ngl(a, a.get("--backend"));
   lo.context_length = a.get_int("--ctx", 0);
   lo.max_sequences = 1;
   lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -61,9 +62,16 @@ const Option kOptions[] = {
     {"--metrics-compat", "QRIG_METRICS_COMPAT", "", "also name metrics as llama-server and/or vLLM do: llamacpp,vllm"},
 };
 
+// llama-server's spellings of the same flags (-ngl is handled on its own: qrig has no per-layer offload).
+const std::map<std::string, std::string> kLlamaServerAliases = {
+    {"-m", "--model"}, {"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-a", "--alias"},
+    {"-ngl", "--n-gpu-layers"}, {"--gpu-layers", "--n-gpu-layers"}};
+
 const char* kUsage = "usage: qrig serve [MODEL.gguf|DIR|PLAN_DIR] [options]   (no model: a built-in tiny random model)";
 
-std::string usage_text() {
+}  // namespace
+
+std::string serve_usage() {
   std::string s = std::string(kUsage) + "\n";
   for (const Option& o : kOptions)
     s += fmt::format("  {:<26} {:<28} {}{}\n", o.flag, o.env, o.help,
@@ -75,8 +83,12 @@ std::string usage_text() {
                    "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
   s += fmt::format("  {:<26} {:<28} {}\n", "MODEL", "QRIG_MODEL",
                    "the .gguf (first shard of a split one), a directory holding it, or a plan directory");
+  s += "llama-server's spellings work too: -m (--model), -c and --ctx-size (--ctx), -np (--parallel), -a (--alias);\n"
+       "-ngl 0 is --backend cpu (qrig has no per-layer offload: the plan places every layer).\n";
   return s;
 }
+
+namespace {
 
 class Settings {
  public:
@@ -122,15 +134,17 @@ class Settings {
 
 int cmd_serve(int argc, char** argv) {
   const auto t_start = std::chrono::steady_clock::now();
-  std::set<std::string> value_flags;
+  std::set<std::string> value_flags = {"--n-gpu-layers"};
   for (const Option& o : kOptions) value_flags.insert(o.flag);
-  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--metrics-public", "--help", "-h"});
+  Args a(argc, argv, 2, value_flags, {"--no-request-log", "--no-cuda-graphs", "--metrics-public", "--help", "-h"},
+         kLlamaServerAliases);
   if (a.has("--help") || a.has("-h")) {
-    fmt::print("{}", usage_text());
+    fmt::print("{}", serve_usage());
     return 0;
   }
   if (a.positional().size() > 1) throw UsageError(kUsage);
   Settings set(a);
+  const std::string backend = backend_for_ngl(a, set.str("--backend"));
 
   server::ServerOptions so;
   so.host = set.str("--host");
@@ -168,7 +182,7 @@ int cmd_serve(int argc, char** argv) {
     throw UsageError(fmt::format("give the model once: {} and --model {}", model_path, model_override));
   if (plan_dir)
     for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization"})
-      if (set.given(set.find(f)))
+      if (set.given(set.find(f)) || (std::string(f) == "--backend" && !backend.empty()))
         throw UsageError(fmt::format("{} applies when compiling a .gguf; the plan {} fixes it (recompile with qrig compile)",
                                      f, model_path));
 
@@ -227,7 +241,7 @@ int cmd_serve(int argc, char** argv) {
   try {
     LoadOptions lo;
     lo.rig_path = set.str("--rig");
-    lo.backend = set.str("--backend");
+    lo.backend = backend;
     lo.max_sequences = so.slots;
     lo.context_length = ctx_tokens;
     lo.gpu_memory_utilization = gpu_fraction;

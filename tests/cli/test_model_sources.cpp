@@ -137,7 +137,7 @@ TEST_CASE("a plan moved with its model keeps working; a plan whose model moved n
   CHECK(moved.rc == 0);
   CHECK(has(moved.text, "using " + (b / "model.gguf").string() + " (found beside the plan)"));
 
-  // The model elsewhere: the error names the path the plan wants and the flag; --model points at it.
+  // The model elsewhere: the error names the path the plan wants and the flag; --model (and -m) point at it.
   fs::create_directories(c);
   fs::rename(b / "model.gguf", c / "renamed.gguf");
   auto lost = sh(kBin + " run " + (b / "plan").string() + " -p hi -n 2");
@@ -145,6 +145,7 @@ TEST_CASE("a plan moved with its model keeps working; a plan whose model moved n
   CHECK(has(lost.text, "was compiled for the model " + (a / "model.gguf").string() + ", which is not there"));
   CHECK(has(lost.text, "--model PATH"));
   CHECK(sh(kBin + " run " + (b / "plan").string() + " --model " + (c / "renamed.gguf").string() + " -p hi -n 2 --quiet").rc == 0);
+  CHECK(sh(kBin + " run " + (b / "plan").string() + " -m " + (c / "renamed.gguf").string() + " -p hi -n 2 --quiet").rc == 0);
   // Another file is refused by its size.
   cli::write_synth_model("tiny", 7, (c / "other.gguf").string());
   {
@@ -172,9 +173,9 @@ TEST_CASE("--ctx above the model's trained context is a warning that says so", "
   CHECK(above.rc == 0);
   CHECK(has(above.text, "qrig: warning: context length 128 is above the 64 tokens the model was trained for "
                         "(qwen35.context_length)"));
-  // The plan keeps the warning in its notes (qrig inspect, later loads).
+  // llama.cpp's -c is --ctx; the plan keeps the warning in its notes (qrig inspect, later loads).
   const std::string plan = (dir.path / "plan").string();
-  auto compiled = sh(kBin + " compile " + model + " --ctx 128 -o " + plan);
+  auto compiled = sh(kBin + " compile " + model + " -c 128 -o " + plan);
   CHECK(compiled.rc == 0);
   CHECK(has(compiled.text, "warning: context length 128"));
   CHECK(has(sh(kBin + " inspect " + plan).text, "warning: context length 128"));
@@ -205,4 +206,60 @@ TEST_CASE("the GPU memory fraction is a compile option; qrig inspect shows the b
                 (dir.path / "bad").string());
   CHECK(bad.rc == 1);
   CHECK(has(bad.text, "--gpu-memory-utilization) must be in (0, 1]"));
+}
+
+TEST_CASE("every subcommand's --help prints its usage and exits 0; --version names the commit and NVRTC", "[cli]") {
+  for (const char* cmd : {"compile", "inspect", "verify", "run", "serve", "tokenize", "template", "bench", "probe", "synth"}) {
+    INFO(cmd);
+    for (const char* flag : {"--help", "-h"}) {
+      auto r = sh(kBin + " " + cmd + " " + flag);
+      CHECK(r.rc == 0);
+      CHECK(r.text.rfind(std::string("usage: qrig ") + cmd, 0) == 0);
+    }
+  }
+  auto top = sh(kBin + " --help");
+  CHECK(top.rc == 0);
+  CHECK(has(top.text, "usage: qrig COMMAND"));
+  auto v = sh(kBin + " --version");
+  CHECK(v.rc == 0);
+  CHECK(v.text.rfind("qrig ", 0) == 0);
+  CHECK(has(v.text, "(commit "));
+  CHECK_FALSE(has(v.text, "(commit unknown)"));  // built from a git checkout
+#ifdef QRIG_HAVE_CUDA
+  CHECK(has(v.text, "NVRTC: "));
+  CHECK(has(v.text, "CUDA driver: not queried"));
+#else
+  CHECK(has(v.text, "CUDA: not in this build"));
+#endif
+  // A usage error points at --help.
+  auto bad = sh(kBin + " compile");
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.text, "qrig compile --help"));
+}
+
+TEST_CASE("llama-server's spellings work as aliases or name qrig's flag", "[cli]") {
+  // -m is the model, -c the context, -np the slots: their errors say so in qrig's terms.
+  auto m = sh(kBin + " serve -m /nonexistent/model.gguf --port 0");
+  CHECK(m.rc == 1);
+  CHECK(has(m.text, "no such model: /nonexistent/model.gguf"));
+  auto c = sh(kBin + " serve -c lots --port 0");
+  CHECK(c.rc == 2);
+  CHECK(has(c.text, "--ctx wants an integer, got 'lots'"));
+  auto ctx_size = sh(kBin + " serve --ctx-size=-5 --port 0");
+  CHECK(ctx_size.rc == 2);
+  CHECK(has(ctx_size.text, "--ctx must be in"));
+  auto np = sh(kBin + " serve -np 0 --port 0");
+  CHECK(np.rc == 2);
+  CHECK(has(np.text, "--parallel must be in [1, 1024], got 0"));
+  // -ngl: qrig has no per-layer offload; the error names the flags that decide where layers go.
+  auto ngl = sh(kBin + " serve -ngl 99 --port 0");
+  CHECK(ngl.rc == 2);
+  CHECK(has(ngl.text, "--rig RIG.toml"));
+  CHECK(has(ngl.text, "--backend cpu"));
+  auto ngl_run = sh(kBin + " run -ngl 33 -p hi");
+  CHECK(ngl_run.rc == 2);
+  CHECK(has(ngl_run.text, "no per-layer offload"));
+  auto ngl0 = sh(kBin + " serve -ngl 0 --backend cuda --port 0");
+  CHECK(ngl0.rc == 2);
+  CHECK(has(ngl0.text, "-ngl 0 means --backend cpu"));
 }

@@ -2,7 +2,8 @@
 // progress and the per-device memory summary in its output; /health and /metrics after requests (nothing
 // processing, the latency histograms' _bucket/_sum/_count counting the requests, finish reasons, prefix-cache
 // hits, the model label, llama-server's and vLLM's names when asked); /metrics without the key when asked;
-// the request log (one line per request with its id, tokens, finish reason, errors, a client that left).
+// the request log (one line per request with its id, tokens, finish reason, errors, a client that left);
+// llama-server's spellings of the flags.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -230,5 +231,20 @@ describe('request log', () => {
     assert.ok(await waitFor(() => lines().slice(n0).some((l) => l.includes(' gone-1 '))), srv.log().slice(-800));
     const line = lines().slice(n0).find((l) => l.includes(' gone-1 '));
     assert.match(line, / POST \/v1\/chat\/completions 200 [0-9.]+ ms prompt=\d+ cached=\d+ generated=\d+ .*finish=cancelled client disconnected$/);
+  });
+});
+
+describe("llama-server's flags", () => {
+  it('-m -c -np -a --host --port serve as qrig serve would', async () => {
+    const srv = await startServer({ model: null, parallel: 1, ctx: 1024,
+      args: ['-m', MODEL, '-c', '768', '-np', '2', '-a', 'my-model', '--host', '127.0.0.1'] });
+    try {
+      const m = await (await fetch(`${srv.base}/v1/models`)).json();
+      assert.equal(m.data[0].id, 'my-model');
+      assert.equal(m.data[0].meta.n_ctx, 768);
+      assert.equal(m.data[0].meta.slots, 2);
+    } finally {
+      await srv.stop();
+    }
   });
 });
