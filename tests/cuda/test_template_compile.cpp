@@ -41,7 +41,7 @@ std::vector<CompiledKernel> compile_all(KernelCompiler& c, const std::vector<Job
 }  // namespace
 
 TEST_CASE("every variant of the preset plans compiles for every CI arch; the CMP plans' PTX is sm_70-only",
-          "[cuda]") {
+          "[cuda][fixtures]") {
   // The variants per plan, and which feature set each plan compiles for.
   std::map<std::string, Variant> all;
   std::vector<Job> jobs;

@@ -31,7 +31,7 @@ std::string run_command(const std::string& command, int& status) {
 
 }  // namespace
 
-TEST_CASE("chat: corpus rendered by python3-jinja2 matches", "[text][chat]") {
+TEST_CASE("chat: corpus rendered by python3-jinja2 matches", "[text][chat][fixtures]") {
   std::string cmd = std::string("python3 '") + QRIG_SOURCE_DIR + "/tests/text/chat_corpus.py' '" +
                     qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf'";
   int status = 0;

@@ -23,7 +23,7 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("chat: tiny-chat-cases.json renders byte for byte", "[text][chat]") {
+TEST_CASE("chat: tiny-chat-cases.json renders byte for byte", "[text][chat][fixtures]") {
   auto cases = nlohmann::ordered_json::parse(
       read_file(qrig::fixtures::shared_dir() + "/fixtures/tiny-chat-cases.json"));
   REQUIRE(cases.is_array());
@@ -37,7 +37,7 @@ TEST_CASE("chat: tiny-chat-cases.json renders byte for byte", "[text][chat]") {
   }
 }
 
-TEST_CASE("chat: tiny.gguf embeds the reference Qwen3.5 template", "[text][chat]") {
+TEST_CASE("chat: tiny.gguf embeds the reference Qwen3.5 template", "[text][chat][fixtures]") {
   auto file = qrig::gguf::File::open(qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf");
   std::string embedded = file.get_string("tokenizer.chat_template");
   std::string reference = read_file(qrig::fixtures::shared_dir() + "/reference/qwen3.5-chat-template.jinja");
