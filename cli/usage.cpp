@@ -2,6 +2,10 @@
 // version, the commit this build was made from (scripts/build_info.cmake) and the CUDA pieces it found.
 #include <string>
 
+#ifdef QRIG_HAVE_CUDA
+#include <dlfcn.h>
+#endif
+
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -85,6 +89,30 @@ const Usage kUsages[] = {
      "Writes a random-weight model with the real converter's layout (--dry-run: print its metadata and tensors).\n"},
 };
 
+#ifdef QRIG_HAVE_CUDA
+// The CUDA driver's version, asked of libcuda.so.1 itself (cuDriverGetVersion, loaded here so that --version
+// works, and says so, on a machine without a driver): "12.4 (libcuda.so.1)" or "not found (...)".
+std::string driver_version() {
+  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* e = ::dlerror();
+    return fmt::format("not found ({})", e ? e : "libcuda.so.1 cannot be loaded");
+  }
+  std::string out;
+  using GetVersion = int (*)(int*);
+  auto get = reinterpret_cast<GetVersion>(::dlsym(lib, "cuDriverGetVersion"));
+  int v = 0;
+  if (!get)
+    out = "not usable (libcuda.so.1 has no cuDriverGetVersion)";
+  else if (int rc = get(&v); rc != 0)
+    out = fmt::format("not usable (cuDriverGetVersion returned {})", rc);
+  else
+    out = fmt::format("{}.{} (libcuda.so.1)", v / 1000, v % 1000 / 10);
+  ::dlclose(lib);
+  return out;
+}
+#endif
+
 }  // namespace
 
 std::string command_usage(const std::string& command) {
@@ -103,7 +131,7 @@ std::string version_text() {
   } catch (const std::exception& e) {
     s += fmt::format("NVRTC: not found ({})\n", e.what());
   }
-  s += "CUDA driver: not queried\n";
+  s += fmt::format("CUDA driver: {}\n", driver_version());
 #else
   s += "CUDA: not in this build (CPU backend only)\n";
 #endif

@@ -227,7 +227,17 @@ TEST_CASE("every subcommand's --help prints its usage and exits 0; --version nam
   CHECK_FALSE(has(v.text, "(commit unknown)"));  // built from a git checkout
 #ifdef QRIG_HAVE_CUDA
   CHECK(has(v.text, "NVRTC: "));
-  CHECK(has(v.text, "CUDA driver: not queried"));
+  // The driver's version, asked of libcuda.so.1: this machine may have none (then: not found); the toolkit's stub
+  // library is one that loads and refuses (cuDriverGetVersion returns CUDA_ERROR_STUB_LIBRARY).
+  CHECK((has(v.text, "CUDA driver: not found (") || has(v.text, " (libcuda.so.1)\n")));
+  Scratch lib("fake-driver");
+  const fs::path stub = fs::path(QRIG_CUDA_STUBS_DIR) / "libcuda.so";
+  INFO(stub.string());
+  REQUIRE(fs::exists(stub));
+  fs::create_symlink(stub, lib.path / "libcuda.so.1");
+  auto s = sh("LD_LIBRARY_PATH=" + lib.path.string() + " " + kBin + " --version");
+  CHECK(s.rc == 0);
+  CHECK(has(s.text, "CUDA driver: not usable (cuDriverGetVersion returned 34)"));
 #else
   CHECK(has(v.text, "CUDA: not in this build"));
 #endif
