@@ -7,7 +7,7 @@
 namespace qrig::cli {
 
 Args::Args(int argc, char** argv, int first, const std::set<std::string>& value_flags,
-           const std::set<std::string>& switches) {
+           const std::set<std::string>& switches, const std::map<std::string, std::string>& aliases) {
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     if (a.size() > 1 && a[0] == '-' && !(a.size() > 1 && (std::isdigit((unsigned char)a[1]) || a[1] == '.'))) {
@@ -18,6 +18,7 @@ Args::Args(int argc, char** argv, int first, const std::set<std::string>& value_
         value = a.substr(eq + 1);
         inline_value = true;
       }
+      if (auto al = aliases.find(name); al != aliases.end()) name = al->second;
       if (value_flags.count(name)) {
         if (!inline_value) {
           if (i + 1 >= argc) throw UsageError(name + " needs a value");

@@ -15,8 +15,10 @@ struct UsageError : std::runtime_error {
 
 class Args {
  public:
-  // `value_flags` take a value (--name V or --name=V, and short aliases like -o), `switches` take none.
-  Args(int argc, char** argv, int first, const std::set<std::string>& value_flags, const std::set<std::string>& switches);
+  // `value_flags` take a value (--name V or --name=V, and short aliases like -o), `switches` take none. `aliases`
+  // maps other spellings (llama.cpp's -c, --ctx-size...) to the flag they stand for.
+  Args(int argc, char** argv, int first, const std::set<std::string>& value_flags, const std::set<std::string>& switches,
+       const std::map<std::string, std::string>& aliases = {});
   const std::vector<std::string>& positional() const { return pos_; }
   bool has(const std::string& name) const { return vals_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& dflt = "") const;

@@ -60,7 +60,7 @@ class BackendModel final : public BenchModel {
 class CudaModel final : public BenchModel {
  public:
   CudaModel(const ir::Plan& plan, bool graphs)
-      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, {}, graphs}) {}
+      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, {}, graphs, {}}) {}
   void reset() override { ex_.reset(0); }
   int32_t run(const std::vector<int32_t>& tokens, bool last) override {
     std::vector<std::vector<int32_t>> rows(1);
@@ -119,8 +119,9 @@ double stddev(const std::vector<double>& v) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed"},
-         {"--no-cuda-graphs"});
+  Args a(argc, argv, 2,
+         {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model", "--gpu-memory-utilization"},
+         {"--no-cuda-graphs"}, {{"-m", "--model"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
                      "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--no-cuda-graphs]");
@@ -139,6 +140,8 @@ int cmd_bench(int argc, char** argv) {
   for (long long d : depths)
     for (long long n : tgs) need = std::max<int64_t>(need, d + n + 1);
   lo.context_length = a.get_int("--ctx", need);
+  lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);
+  lo.model_override = a.get("--model");
   const std::string path = a.positional()[0];
   ir::Plan plan = load_or_compile_plan(path, lo);
   if (plan.context_length < need)

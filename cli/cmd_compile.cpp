@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "compiler/compile.h"
 #ifdef QRIG_HAVE_CUDA
 #include <thread>
@@ -17,9 +18,28 @@
 
 namespace qrig::cli {
 
+namespace {
+
+void print_warnings(const ir::Plan& p) {
+  for (const auto& n : p.notes)
+    if (n.rfind("warning:", 0) == 0) fmt::print(stderr, "qrig: {}\n", n);
+}
+
+}  // namespace
+
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
-  if (std::filesystem::is_directory(path)) return ir::Plan::read(path);
-  gguf::File f = gguf::File::open(path);
+  const ModelSource src = resolve_model(path);
+  if (src.plan) {
+    ir::Plan p = ir::Plan::read(src.path);
+    std::string note;
+    locate_plan_model(p, src.path, opt.model_override, &note);
+    if (!note.empty()) fmt::print(stderr, "qrig: {}\n", note);
+    print_warnings(p);
+    return p;
+  }
+  if (!opt.model_override.empty())
+    throw UsageError(fmt::format("--model names the model of a plan directory; {} is a model already", path));
+  gguf::File f = gguf::File::open(src.path);
   compiler::Rig rig = opt.rig_path.empty() ? compiler::Rig::default_cpu() : compiler::Rig::load(opt.rig_path);
   compiler::CompileOptions co;
   co.context_length = opt.context_length;
@@ -30,20 +50,37 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.precise_rows = opt.precise_rows;
   co.max_logit_rows = opt.max_logit_rows;
   co.ptx_jit = opt.ptx_jit;
-  return compiler::compile(f, rig, co);
+  if (opt.gpu_memory_utilization > 0) co.gpu_memory_utilization = opt.gpu_memory_utilization;
+  ir::Plan p = compiler::compile(f, rig, co);
+  print_warnings(p);
+  return p;
+}
+
+std::string backend_for_ngl(const Args& a, const std::string& backend) {
+  if (!a.has("--n-gpu-layers")) return backend;
+  if (a.get("--n-gpu-layers") != "0")
+    throw UsageError(fmt::format("-ngl {}: qrig has no per-layer offload; the rig decides where layers go: --rig RIG.toml "
+                                 "(from qrig probe) puts every layer on the GPU, --backend cpu none (-ngl 0)",
+                                 a.get("--n-gpu-layers")));
+  if (!backend.empty() && backend != "cpu") throw UsageError("-ngl 0 means --backend cpu; --backend says " + backend);
+  return "cpu";
 }
 
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
-         {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows"},
-         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--ptx"});
+         {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows",
+          "--gpu-memory-utilization"},
+         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--ptx"},
+         {{"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-b", "--batch"}, {"--batch-size", "--batch"}});
   if (a.positional().size() != 1)
-    throw UsageError("usage: qrig compile MODEL.gguf [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
-                     "[--backend cpu|cuda] [--gpus N] [--precise | --precise-rows N] [--emulate-dp4a] "
-                     "[--no-cuda-graphs] [--ptx] [--no-precompile]");
+    throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
+                     "[--backend cpu|cuda] [--gpus N] [--gpu-memory-utilization F] [--precise | --precise-rows N] "
+                     "[--emulate-dp4a] [--no-cuda-graphs] [--ptx] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
-  gguf::File f = gguf::File::open(a.positional()[0]);
+  const ModelSource src = resolve_model(a.positional()[0]);
+  if (src.plan) throw UsageError(fmt::format("{} is a plan directory already; compile takes a model (.gguf)", src.path));
+  gguf::File f = gguf::File::open(src.path);
   compiler::Rig rig = a.has("--rig") ? compiler::Rig::load(a.get("--rig")) : compiler::Rig::default_cpu();
   compiler::CompileOptions co;
   co.context_length = a.get_int("--ctx", 0);
@@ -58,6 +95,7 @@ int cmd_compile(int argc, char** argv) {
   if (a.has("--emulate-dp4a")) co.family = "dp4a-emulated";
   co.decode_graphs = !a.has("--no-cuda-graphs");
   co.ptx_jit = a.has("--ptx");
+  co.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", co.gpu_memory_utilization);
   ir::Plan plan = compiler::compile(f, rig, co);
 #ifdef QRIG_HAVE_CUDA
   if (plan.backend == "cuda") {
@@ -123,7 +161,11 @@ int cmd_inspect(int argc, char** argv) {
     for (const auto& d : p.memory.devices)
       fmt::print("{:<8} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}\n", d.device, d.weights, d.arena,
                  d.io, d.sampling, d.states, d.snapshots, d.total, d.budget, d.budget - d.total);
-    fmt::print("(bytes the runtime allocates on each device; snapshots are the prefix cache's budget, taken on demand)\n");
+    fmt::print("(bytes the runtime allocates on each device; snapshots are the prefix cache's budget, taken on demand;\n"
+               " budget: what the plan may use of the device{}; headroom: budget - total, left unused)\n",
+               p.backend == "cuda" ? ", the compile's --gpu-memory-utilization of its memory (notes below); the rest is "
+                                     "the runtime's (CUDA context, kernels, graphs)"
+                                   : " (the rig's memory_gib)");
   }
   if (!p.kernels.empty()) {
     fmt::print("\nkernels (op, shape, rows, variants, reason; ops = how many ops of the graph share the choice):\n");

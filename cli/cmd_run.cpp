@@ -13,6 +13,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/load_report.h"
 #include "gguf/gguf.h"
 #include "runtime/engine.h"
 #include "text/chat.h"
@@ -50,10 +51,13 @@ const std::set<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "-
 
 int cmd_run(int argc, char** argv) {
   std::set<std::string> flags = kSamplingFlags;
-  flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f"});
-  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs", "--ptx"});
+  flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f",
+                "--model", "--gpu-memory-utilization", "--n-gpu-layers"});
+  // llama-cli's spellings of the same flags.
+  Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs", "--ptx"},
+         {{"-m", "--model"}, {"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-ngl", "--n-gpu-layers"}});
   if (a.positional().size() > 1)
-    throw UsageError("usage: qrig run [MODEL.gguf|PLAN_DIR] -p PROMPT [--chat] [--no-think] [--parse-special] [-n N] [sampling flags]");
+    throw UsageError("usage: qrig run [MODEL.gguf|DIR|PLAN_DIR] -p PROMPT [--chat] [--no-think] [--parse-special] [-n N] [sampling flags]");
   std::string prompt = a.get("-p", a.get("--prompt"));
   if (a.has("-f")) {
     std::FILE* f = std::fopen(a.get("-f").c_str(), "rb");
@@ -70,11 +74,14 @@ int cmd_run(int argc, char** argv) {
   const bool thinking = chat && !a.has("--no-think");
   LoadOptions lo;
   lo.rig_path = a.get("--rig");
-  lo.backend = a.get("--backend");
+  lo.backend = backend_for_ngl(a, a.get("--backend"));
   lo.context_length = a.get_int("--ctx", 0);
   lo.max_sequences = 1;
   lo.ptx_jit = a.has("--ptx");
-  const std::string model = a.positional().empty() ? builtin_model_path() : a.positional()[0];
+  lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);
+  std::string model = a.positional().empty() ? a.get("--model") : a.positional()[0];
+  if (!a.positional().empty()) lo.model_override = a.get("--model");
+  if (model.empty()) model = builtin_model_path();
   ir::Plan plan = load_or_compile_plan(model, lo);
   gguf::File file = gguf::File::open(plan.model_path);
   text::Tokenizer tok = text::Tokenizer::from_gguf(file);
@@ -103,6 +110,8 @@ int cmd_run(int argc, char** argv) {
 
   runtime::BackendOptions bo;
   bo.cuda_graphs = !a.has("--no-cuda-graphs");
+  LoadReporter progress("qrig");
+  if (!a.has("--quiet")) bo.progress = progress.callback();
   runtime::Engine engine(runtime::make_backend(plan, bo));
   if (!a.has("--quiet")) fmt::print(stderr, "qrig: {} ({}), {} prompt tokens\n", plan.model_name, plan.backend, req.prompt.size());
   std::fputs(text.c_str(), stdout);

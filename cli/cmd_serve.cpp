@@ -10,18 +10,23 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/load_report.h"
+#include "cli/model_source.h"
 #include "gguf/gguf.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "server/http_server.h"
+#include "server/metrics.h"
 #include "text/tokenizer.h"
 
 namespace qrig::cli {
@@ -52,26 +57,44 @@ const Option kOptions[] = {
     {"--shutdown-timeout", "QRIG_SHUTDOWN_TIMEOUT", "8", "seconds requests in flight get to finish on SIGTERM (Docker kills at 10)"},
     {"--rig", "QRIG_RIG", "", "rig description for compiling a .gguf (default: this machine's CPU)"},
     {"--backend", "QRIG_BACKEND", "", "force a backend when compiling a .gguf: cpu | cuda"},
+    {"--gpu-memory-utilization", "QRIG_GPU_MEMORY_UTILIZATION", "0.92",
+     "fraction of each GPU's memory a compiled plan may use (.gguf only; not yet measured)"},
+    {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
+    {"--metrics-compat", "QRIG_METRICS_COMPAT", "", "also name metrics as llama-server and/or vLLM do: llamacpp,vllm"},
 };
 
-const char* kUsage = "usage: qrig serve [MODEL.gguf|PLAN_DIR] [options]   (no model: a built-in tiny random model)";
+// llama-server's spellings of the same flags (-ngl is handled on its own: qrig has no per-layer offload).
+const std::map<std::string, std::string> kLlamaServerAliases = {
+    {"-m", "--model"}, {"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-a", "--alias"},
+    {"-ngl", "--n-gpu-layers"}, {"--gpu-layers", "--n-gpu-layers"}};
 
-std::string usage_text() {
+const char* kUsage = "usage: qrig serve [MODEL.gguf|DIR|PLAN_DIR] [options]   (no model: a built-in tiny random model)";
+
+}  // namespace
+
+std::string serve_usage() {
   std::string s = std::string(kUsage) + "\n";
   for (const Option& o : kOptions)
-    s += fmt::format("  {:<20} {:<22} {}{}\n", o.flag, o.env, o.help,
+    s += fmt::format("  {:<26} {:<28} {}{}\n", o.flag, o.env, o.help,
                      *o.dflt ? fmt::format(" [{}]", o.dflt) : std::string());
-  s += fmt::format("  {:<20} {:<22} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
-  s += fmt::format("  {:<20} {:<22} {}\n", "--ignore-unsupported-fields", "QRIG_IGNORE_UNSUPPORTED_FIELDS=1",
+  s += fmt::format("  {:<26} {:<28} {}\n", "--metrics-public", "QRIG_METRICS_PUBLIC=1",
+                   "GET /metrics without the API key (like /health)");
+  s += fmt::format("  {:<26} {:<28} {}\n", "--no-request-log", "QRIG_REQUEST_LOG=0", "no per-request log lines");
+  s += fmt::format("  {:<26} {:<28} {}\n", "--ignore-unsupported-fields", "QRIG_IGNORE_UNSUPPORTED_FIELDS=1",
                    "request fields that would change the output but are not implemented: ignored (named in the "
                    "X-Qrig-Ignored-Fields header) instead of a 400");
-  s += fmt::format("  {:<20} {:<22} {}\n", "--no-cuda-graphs", "(flag only)",
+  s += fmt::format("  {:<26} {:<28} {}\n", "--no-cuda-graphs", "(flag only)",
                    "CUDA plans: decode kernel by kernel instead of the plan's CUDA graphs");
-  s += fmt::format("  {:<20} {:<22} {}\n", "--ptx", "(flag only)",
+  s += fmt::format("  {:<26} {:<28} {}\n", "--ptx", "(flag only)",
                    "compiling a .gguf for the rig: load its kernels as PTX through the driver's JIT (docs/gpu.md)");
-  s += fmt::format("  {:<20} {:<22} {}\n", "MODEL", "QRIG_MODEL", "the .gguf or plan directory to serve");
+  s += fmt::format("  {:<26} {:<28} {}\n", "MODEL", "QRIG_MODEL",
+                   "the .gguf (first shard of a split one), a directory holding it, or a plan directory");
+  s += "llama-server's spellings work too: -m (--model), -c and --ctx-size (--ctx), -np (--parallel), -a (--alias);\n"
+       "-ngl 0 is --backend cpu (qrig has no per-layer offload: the plan places every layer).\n";
   return s;
 }
+
+namespace {
 
 class Settings {
  public:
@@ -82,6 +105,16 @@ class Settings {
     if (a_.has(o.flag)) return a_.get(o.flag);
     if (const char* e = std::getenv(o.env)) return e;
     return o.dflt;
+  }
+  double number(const char* flag, double lo, double hi) const {
+    const Option& o = find(flag);
+    std::string v = str(flag);
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    const char* from = a_.has(o.flag) ? o.flag : o.env;
+    if (v.empty() || *end) throw UsageError(fmt::format("{} wants a number, got '{}'", from, v));
+    if (!(x >= lo && x <= hi)) throw UsageError(fmt::format("{} must be in [{}, {}], got {}", from, lo, hi, v));
+    return x;
   }
   long long integer(const char* flag, long long lo, long long hi) const {
     const Option& o = find(flag);
@@ -106,16 +139,20 @@ class Settings {
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  std::set<std::string> value_flags;
+  const auto t_start = std::chrono::steady_clock::now();
+  std::set<std::string> value_flags = {"--n-gpu-layers"};
   for (const Option& o : kOptions) value_flags.insert(o.flag);
   Args a(argc, argv, 2, value_flags,
-         {"--no-request-log", "--no-cuda-graphs", "--ptx", "--ignore-unsupported-fields", "--help", "-h"});
+         {"--no-request-log", "--no-cuda-graphs", "--ptx", "--ignore-unsupported-fields", "--metrics-public", "--help",
+          "-h"},
+         kLlamaServerAliases);
   if (a.has("--help") || a.has("-h")) {
-    fmt::print("{}", usage_text());
+    fmt::print("{}", serve_usage());
     return 0;
   }
   if (a.positional().size() > 1) throw UsageError(kUsage);
   Settings set(a);
+  const std::string backend = backend_for_ngl(a, set.str("--backend"));
 
   server::ServerOptions so;
   so.host = set.str("--host");
@@ -133,16 +170,30 @@ int cmd_serve(int argc, char** argv) {
   so.log_requests = !a.has("--no-request-log") && !(log_env && std::string(log_env) == "0");
   const char* ignore_env = std::getenv("QRIG_IGNORE_UNSUPPORTED_FIELDS");
   so.ignore_unsupported_fields = a.has("--ignore-unsupported-fields") || (ignore_env && std::string(ignore_env) == "1");
+  const char* public_env = std::getenv("QRIG_METRICS_PUBLIC");
+  so.metrics_public = a.has("--metrics-public") || (public_env && std::string(public_env) == "1");
+  so.metrics_compat = set.str("--metrics-compat");
+  for (const std::string& c : server::metrics_compat_names(so.metrics_compat))
+    if (c != "llamacpp" && c != "vllm")
+      throw UsageError(fmt::format("--metrics-compat takes llamacpp, vllm or both (comma-separated), not '{}'", c));
   const long long grace_s = set.integer("--shutdown-timeout", 0, 86400);
+  // Checked before anything starts: a bad value is a usage error, not a failed load.
+  const long long ctx_tokens = set.integer("--ctx", 0, 1ll << 40);
+  const double gpu_fraction = set.number("--gpu-memory-utilization", 0.01, 1.0);
 
+  // The model: the positional (or QRIG_MODEL), or --model; with a plan directory --model is its model file.
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";
+  std::string model_override = a.get("--model");
+  if (model_path.empty()) std::swap(model_path, model_override);
   const bool builtin = model_path.empty();
-  const bool plan_dir = !builtin && std::filesystem::is_directory(model_path);
   // A missing model is a failed start (exit 1, as for an unreadable one), not a usage error.
-  if (!builtin && !std::filesystem::exists(model_path)) throw std::runtime_error(fmt::format("no such model: {}", model_path));
+  const ModelSource source = builtin ? ModelSource{} : resolve_model(model_path);
+  const bool plan_dir = source.plan;
+  if (!model_override.empty() && !plan_dir)
+    throw UsageError(fmt::format("give the model once: {} and --model {}", model_path, model_override));
   if (plan_dir)
-    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend"})
-      if (set.given(set.find(f)))
+    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization"})
+      if (set.given(set.find(f)) || (std::string(f) == "--backend" && !backend.empty()))
         throw UsageError(fmt::format("{} applies when compiling a .gguf; the plan {} fixes it (recompile with qrig compile)",
                                      f, model_path));
 
@@ -201,15 +252,20 @@ int cmd_serve(int argc, char** argv) {
   try {
     LoadOptions lo;
     lo.rig_path = set.str("--rig");
-    lo.backend = set.str("--backend");
+    lo.backend = backend;
     lo.max_sequences = so.slots;
     lo.ptx_jit = a.has("--ptx");
-    lo.context_length = set.integer("--ctx", 0, 1ll << 40);
+    lo.context_length = ctx_tokens;
+    lo.gpu_memory_utilization = gpu_fraction;
+    lo.model_override = model_override;
     if (builtin) {
       model_path = builtin_model_path();
       if (!set.given(set.find("--ctx"))) lo.context_length = 8192;
     }
     ir::Plan plan = load_or_compile_plan(model_path, lo);
+    fmt::print(stderr, "qrig serve: {} {}: {} backend, context {} tokens x {} slots\n",
+               plan_dir ? "plan" : "compiled a plan for", plan_dir ? model_path : plan.model_path, plan.backend,
+               plan.context_length, plan.max_sequences);
     auto model = std::make_shared<server::ServedModel>();
     {
       gguf::File f = gguf::File::open(plan.model_path);
@@ -217,14 +273,19 @@ int cmd_serve(int argc, char** argv) {
     }
     runtime::BackendOptions bo;
     bo.cuda_graphs = !a.has("--no-cuda-graphs");
+    LoadReporter progress("qrig serve");
+    bo.progress = progress.callback();
     model->engine = std::make_shared<runtime::Engine>(runtime::make_backend(plan, bo), so.max_queue);
+    print_memory_summary(plan, "qrig serve");
     std::string alias = set.str("--alias");
-    model->id = !alias.empty() ? alias : std::filesystem::path(plan_dir ? model_path : plan.model_path).stem().string();
+    model->id = !alias.empty() ? alias : plan_dir ? std::filesystem::path(model_path).stem().string()
+                                                  : model_display_name(plan.model_path);
     model->path = plan_dir ? model_path : plan.model_path;
     model->created = (int64_t)std::time(nullptr);
     model->init();
-    fmt::print(stderr, "qrig serve: ready: model '{}' ({} backend, context {} tokens x {} slots) at http://{}:{}/v1\n",
-               model->id, plan.backend, plan.context_length, plan.max_sequences, so.host, port);
+    const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    fmt::print(stderr, "qrig serve: ready in {:.1f} s: model '{}' ({} backend, context {} tokens x {} slots) at http://{}:{}/v1\n",
+               ready_s, model->id, plan.backend, plan.context_length, plan.max_sequences, so.host, port);
     http.set_model(std::move(model));
     loaded = true;
   } catch (const std::exception& e) {

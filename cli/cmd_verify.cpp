@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/verify.h"
 #include "compiler/compile.h"
 #include "runtime/cpu/executor.h"
@@ -142,7 +143,7 @@ std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& 
 }
 
 int cmd_verify(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1", "--dump"},
+  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1", "--dump", "--model"},
          {"--emulate-dp4a", "--precise", "--ptx"});
   if (a.positional().size() != 2)
     throw UsageError("usage: qrig verify MODEL.gguf|PLAN_DIR REF.gguf [--rig RIG.toml] [--backend cpu|cuda] [--tol X] "
@@ -157,7 +158,8 @@ int cmd_verify(int argc, char** argv) {
   if (emulate) lo.family = "dp4a-emulated";
   if (precise) lo.precise_rows = INT64_MAX;
   lo.ptx_jit = a.has("--ptx");
-  const bool dir = std::filesystem::is_directory(a.positional()[0]);
+  lo.model_override = a.get("--model");
+  const bool dir = resolve_model(a.positional()[0]).plan;
   if ((precise || emulate || lo.ptx_jit) && dir)
     throw UsageError("--precise, --emulate-dp4a and --ptx compile the .gguf; a plan directory has its own numerics "
                      "and kernels (qrig compile --precise / --emulate-dp4a / --ptx)");

@@ -24,7 +24,13 @@ const char* kUsage =
     "  bench MODEL|PLAN [-p 512,4096] [-n 128] [-d D]     llama-bench-style speed table\n"
     "  probe [-o RIG.toml] [--name NAME]                  measure the GPUs and links, write a rig\n"
     "  synth --preset tiny|9b|27b [--seed N] -o FILE      write a random-weight model\n"
-    "A command given wrong arguments prints its own usage.\n";
+    "`qrig COMMAND --help` prints a command's options; `qrig --version` the version, commit and CUDA pieces.\n";
+
+bool wants_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return true;
+  return false;
+}
 
 }  // namespace
 
@@ -33,7 +39,16 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version")) {
+    std::fputs(qrig::cli::version_text().c_str(), stdout);
+    return 0;
+  }
   const std::string cmd = argv[1];
+  const std::string usage = qrig::cli::command_usage(cmd);
+  if (!usage.empty() && wants_help(argc, argv)) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
   try {
     if (cmd == "compile") return qrig::cli::cmd_compile(argc, argv);
     if (cmd == "inspect") return qrig::cli::cmd_inspect(argc, argv);
@@ -48,7 +63,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "qrig: unknown command '{}'\n{}", cmd, kUsage);
     return 2;
   } catch (const qrig::cli::UsageError& e) {
-    fmt::print(stderr, "qrig {}: {}\n", cmd, e.what());
+    fmt::print(stderr, "qrig {}: {}\n(qrig {} --help lists the options)\n", cmd, e.what(), cmd);
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "qrig {}: error: {}\n", cmd, e.what());

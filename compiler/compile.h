@@ -15,6 +15,11 @@ namespace qrig::compiler {
 // nearly free while a matmul is bound by its weight bytes (decode of a few sequences, a few rows of logits).
 constexpr int64_t kDefaultPreciseRows = 4;
 
+// The fraction of each GPU's memory (the rig's memory_gib) a plan may use, like vLLM's --gpu-memory-utilization:
+// the rest is left to what the runtime needs beyond the plan (CUDA context, kernel libraries, CUDA graphs,
+// allocator fragmentation). Not yet measured on a GPU: a safe guess (vLLM's default is 0.9).
+constexpr double kDefaultGpuMemoryUtilization = 0.92;
+
 struct CompileOptions {
   int64_t context_length = 0;    // 0: the most that fits, capped by the model's context_length
   int64_t max_sequences = 4;     // sequence slots (server --parallel)
@@ -33,6 +38,9 @@ struct CompileOptions {
   // CUDA plans: load the kernels as PTX through the driver's JIT (any GPU at least as new as the target runs
   // them: checking an older architecture's plan on a newer GPU) instead of as cubins for the target.
   bool ptx_jit = false;
+  // GPU plans: the budget per device is this fraction of its memory, in (0, 1]. CPU rigs say in memory_gib what
+  // the plan may use.
+  double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.

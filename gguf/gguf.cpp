@@ -1,5 +1,6 @@
 // GGUF reader: maps a file (or takes bytes), parses header, metadata and tensor infos with every length,
-// count and offset checked against the file size, so corrupt or hostile files fail with a clear Error.
+// count and offset checked against the file size, so corrupt or hostile files fail with a clear Error; a
+// split model's other shards are found by llama.cpp's naming and checked against the split.* keys.
 #include "gguf/gguf.h"
 
 #include <fcntl.h>
@@ -191,6 +192,7 @@ size_t Value::size() const {
   }
 }
 
+Value Value::of_u16(uint16_t x) { Value v; v.type = ValueType::UINT16; v.u = x; v.i = x; return v; }
 Value Value::of_u32(uint32_t x) { Value v; v.type = ValueType::UINT32; v.u = x; v.i = x; return v; }
 Value Value::of_u64(uint64_t x) { Value v; v.type = ValueType::UINT64; v.u = x; v.i = (int64_t)x; return v; }
 Value Value::of_i32(int32_t x) { Value v; v.type = ValueType::INT32; v.i = x; v.u = (uint64_t)x; return v; }
@@ -222,80 +224,43 @@ std::string TensorInfo::shape_string() const {
   return s + "]";
 }
 
-File File::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  struct stat st{};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(fmt::format("'{}' is not a regular file", path));
-  }
-  File f;
-  f.path_ = path;
-  f.size_ = static_cast<uint64_t>(st.st_size);
-  if (f.size_ > 0) {
-    void* m = mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED) throw Error(fmt::format("cannot map '{}': {}", path, std::strerror(errno)));
-    f.map_ = m;
-    f.base_ = static_cast<const uint8_t*>(m);
-  } else {
-    ::close(fd);
-  }
-  try {
-    f.parse();
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {}", path, e.what()));
-  }
-  return f;
+namespace {
+
+// What one file's header says: its metadata and tensor infos, every offset checked against its size.
+struct Parsed {
+  uint32_t version = 0;
+  uint64_t alignment = 32;
+  uint64_t data_offset = 0;
+  std::vector<std::pair<std::string, Value>> kv;
+  std::vector<TensorInfo> tensors;
+};
+
+const Value* find_in(const std::vector<std::pair<std::string, Value>>& kv, std::string_view key) {
+  for (const auto& [k, v] : kv)
+    if (k == key) return &v;
+  return nullptr;
 }
 
-File File::from_bytes(const uint8_t* data, size_t size, std::string name) {
-  File f;
-  f.path_ = std::move(name);
-  f.owned_ = std::make_unique<std::vector<uint8_t>>(data, data + size);
-  f.base_ = f.owned_->data();
-  f.size_ = size;
-  f.parse();
-  return f;
-}
-
-File::File(File&& o) noexcept { *this = std::move(o); }
-File& File::operator=(File&& o) noexcept {
-  if (this != &o) {
-    if (map_) munmap(map_, size_);
-    path_ = std::move(o.path_);
-    base_ = o.base_; size_ = o.size_; map_ = o.map_;
-    owned_ = std::move(o.owned_);
-    version_ = o.version_; alignment_ = o.alignment_; data_offset_ = o.data_offset_;
-    kv_ = std::move(o.kv_); tensors_ = std::move(o.tensors_);
-    o.map_ = nullptr; o.base_ = nullptr; o.size_ = 0;
-  }
-  return *this;
-}
-File::~File() {
-  if (map_) munmap(map_, size_);
-}
-
-void File::parse() {
-  Cursor c{base_, size_, 0, {}};
-  if (size_ < 4 || std::memcmp(base_, "GGUF", 4) != 0) throw Error("not a GGUF file (bad magic)");
+Parsed parse_image(const uint8_t* base, uint64_t size) {
+  Parsed r;
+  Cursor c{base, size, 0, {}};
+  if (size < 4 || std::memcmp(base, "GGUF", 4) != 0) throw Error("not a GGUF file (bad magic)");
   c.pos = 4;
-  version_ = c.read<uint32_t>("version");
-  if (version_ != 2 && version_ != 3)
-    throw Error(fmt::format("unsupported GGUF version {} (supported: 2, 3)", version_));
+  r.version = c.read<uint32_t>("version");
+  if (r.version != 2 && r.version != 3)
+    throw Error(fmt::format("unsupported GGUF version {} (supported: 2, 3)", r.version));
   uint64_t n_tensors = c.read<uint64_t>("tensor count");
   uint64_t n_kv = c.read<uint64_t>("metadata count");
   // Every metadata entry needs >= 13 bytes and every tensor info >= 32: bound counts by the file size.
-  if (n_kv > (size_ - c.pos) / 13)
-    c.fail(fmt::format("truncated or corrupt: metadata count {} does not fit in the {} bytes left", n_kv, size_ - c.pos));
-  if (n_tensors > (size_ - c.pos) / 32)
-    c.fail(fmt::format("truncated or corrupt: tensor count {} does not fit in the {} bytes left", n_tensors, size_ - c.pos));
+  if (n_kv > (size - c.pos) / 13)
+    c.fail(fmt::format("truncated or corrupt: metadata count {} does not fit in the {} bytes left", n_kv, size - c.pos));
+  if (n_tensors > (size - c.pos) / 32)
+    c.fail(fmt::format("truncated or corrupt: tensor count {} does not fit in the {} bytes left", n_tensors, size - c.pos));
   if (n_kv > kMaxKv) c.fail(fmt::format("metadata count {} exceeds the limit {}", n_kv, kMaxKv));
   if (n_tensors > kMaxTensors) c.fail(fmt::format("tensor count {} exceeds the limit {}", n_tensors, kMaxTensors));
 
   std::unordered_set<std::string> keys;
-  kv_.reserve(std::min(n_kv, kMaxReserve));
+  r.kv.reserve(std::min(n_kv, kMaxReserve));
   for (uint64_t k = 0; k < n_kv; ++k) {
     c.where = fmt::format("metadata entry {}", k);
     std::string key = c.read_string("key", 1 << 16);
@@ -303,18 +268,18 @@ void File::parse() {
     uint32_t t = c.read<uint32_t>("value type");
     if (!valid_value_type(t)) c.fail(fmt::format("unknown value type {}", t));
     if (!keys.insert(key).second) c.fail("duplicate key");
-    kv_.emplace_back(key, read_value(c, static_cast<ValueType>(t), 0));
+    r.kv.emplace_back(key, read_value(c, static_cast<ValueType>(t), 0));
   }
-  if (const Value* a = find("general.alignment")) {
+  if (const Value* a = find_in(r.kv, "general.alignment")) {
     if (a->type != ValueType::UINT32 && a->type != ValueType::UINT64)
       throw Error("general.alignment must be an unsigned integer");
     if (a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > (1u << 20))
       throw Error(fmt::format("general.alignment {} is not a power of two up to 1 MiB", a->u));
-    alignment_ = a->u;
+    r.alignment = a->u;
   }
 
   std::unordered_set<std::string> names;
-  tensors_.reserve(std::min(n_tensors, kMaxReserve));
+  r.tensors.reserve(std::min(n_tensors, kMaxReserve));
   for (uint64_t k = 0; k < n_tensors; ++k) {
     c.where = fmt::format("tensor info {}", k);
     TensorInfo ti;
@@ -341,33 +306,194 @@ void File::parse() {
                          tr->block_elems));
     ti.n_bytes = ti.n_elements / tr->block_elems * tr->block_bytes;
     ti.offset = c.read<uint64_t>("tensor data offset");
-    if (ti.offset % alignment_ != 0) c.fail(fmt::format("data offset {} is not aligned to {}", ti.offset, alignment_));
-    tensors_.push_back(std::move(ti));
+    if (ti.offset % r.alignment != 0) c.fail(fmt::format("data offset {} is not aligned to {}", ti.offset, r.alignment));
+    r.tensors.push_back(std::move(ti));
   }
   c.where.clear();
-  data_offset_ = (c.pos + alignment_ - 1) / alignment_ * alignment_;
-  if (tensors_.empty()) {
-    if (data_offset_ > size_) data_offset_ = size_;
-    return;
+  r.data_offset = (c.pos + r.alignment - 1) / r.alignment * r.alignment;
+  if (r.tensors.empty()) {
+    if (r.data_offset > size) r.data_offset = size;
+    return r;
   }
-  if (data_offset_ > size_) throw Error(fmt::format("truncated: data section starts at {} past end of file ({} bytes)", data_offset_, size_));
-  uint64_t avail = size_ - data_offset_;
-  for (const TensorInfo& t : tensors_) {
+  if (r.data_offset > size) throw Error(fmt::format("truncated: data section starts at {} past end of file ({} bytes)", r.data_offset, size));
+  uint64_t avail = size - r.data_offset;
+  for (const TensorInfo& t : r.tensors) {
     if (t.offset > avail || t.n_bytes > avail - t.offset)
       throw Error(fmt::format("truncated or corrupt: tensor '{}' ({} {}, {} bytes at data offset {}) extends past the end of the file",
                               t.name, tensor_type_name(t.type), t.shape_string(), t.n_bytes, t.offset));
   }
   // Tensors must not share bytes (a writer never produces that; a corrupt offset does).
-  std::vector<size_t> order(tensors_.size());
+  std::vector<size_t> order(r.tensors.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.tensors[a].offset < r.tensors[b].offset; });
   for (size_t k = 1; k < order.size(); ++k) {
-    const TensorInfo& prev = tensors_[order[k - 1]];
-    const TensorInfo& cur = tensors_[order[k]];
+    const TensorInfo& prev = r.tensors[order[k - 1]];
+    const TensorInfo& cur = r.tensors[order[k]];
     if (prev.offset + prev.n_bytes > cur.offset)
       throw Error(fmt::format("corrupt GGUF: data of tensors '{}' (bytes {}..{}) and '{}' (from byte {}) overlap", prev.name,
                               prev.offset, prev.offset + prev.n_bytes, cur.name, cur.offset));
   }
+  return r;
+}
+
+// A split key's value: any non-negative integer up to `max`; nullopt when the key is absent.
+std::optional<uint64_t> split_key(const std::vector<std::pair<std::string, Value>>& kv, const char* key,
+                                  const std::string& path, uint64_t max) {
+  const Value* v = find_in(kv, key);
+  if (!v) return std::nullopt;
+  const bool integer = v->type != ValueType::FLOAT32 && v->type != ValueType::FLOAT64 && v->type != ValueType::STRING &&
+                       v->type != ValueType::ARRAY && v->type != ValueType::BOOL;
+  const bool negative = (v->type == ValueType::INT8 || v->type == ValueType::INT16 || v->type == ValueType::INT32 ||
+                         v->type == ValueType::INT64) && v->i < 0;
+  if (!integer || negative || v->u > max)
+    throw Error(fmt::format("{}: metadata key '{}' must be an integer in [0, {}]", path, key, max));
+  return v->u;
+}
+
+}  // namespace
+
+std::string split_path(const std::string& prefix, uint32_t no, uint32_t count) {
+  return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, no + 1, count);
+}
+
+std::optional<std::string> split_prefix(const std::string& path, uint32_t no, uint32_t count) {
+  const std::string tail = fmt::format("-{:05d}-of-{:05d}.gguf", no + 1, count);
+  if (path.size() <= tail.size() || path.compare(path.size() - tail.size(), tail.size(), tail) != 0) return std::nullopt;
+  return path.substr(0, path.size() - tail.size());
+}
+
+File::Mapping::Mapping(Mapping&& o) noexcept { *this = std::move(o); }
+File::Mapping& File::Mapping::operator=(Mapping&& o) noexcept {
+  if (this != &o) {
+    if (map) munmap(map, size);
+    base = o.base; size = o.size; map = o.map;
+    owned = std::move(o.owned);
+    o.map = nullptr; o.base = nullptr; o.size = 0;
+  }
+  return *this;
+}
+File::Mapping::~Mapping() {
+  if (map) munmap(map, size);
+}
+
+File::Mapping File::map_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("'{}' is not a regular file", path));
+  }
+  Mapping m;
+  m.size = static_cast<uint64_t>(st.st_size);
+  if (m.size > 0) {
+    void* p = mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) throw Error(fmt::format("cannot map '{}': {}", path, std::strerror(errno)));
+    m.map = p;
+    m.base = static_cast<const uint8_t*>(p);
+  } else {
+    ::close(fd);
+  }
+  return m;
+}
+
+File File::open(const std::string& path) {
+  File f;
+  f.maps_.push_back(map_file(path));
+  Parsed r;
+  try {
+    r = parse_image(f.maps_[0].base, f.maps_[0].size);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path, e.what()));
+  }
+  f.version_ = r.version;
+  f.alignment_ = r.alignment;
+  f.kv_ = std::move(r.kv);
+  f.tensors_ = std::move(r.tensors);
+  f.shards_.push_back({path, f.maps_[0].size, r.data_offset, (uint64_t)f.tensors_.size()});
+  f.open_other_shards();
+  return f;
+}
+
+// A split model given by its first shard: maps shards 2..N (named as llama.cpp names them) and adds their
+// tensors. Every shard must say it is shard k of the same N; the tensors of all of them must add up to
+// split.tensors.count and never repeat a name.
+void File::open_other_shards() {
+  const std::string first = shards_[0].path;  // a copy: shards_ grows below
+  const auto count = split_key(kv_, kSplitCount, first, 65535);
+  if (!count || *count <= 1) return;
+  const auto no = split_key(kv_, kSplitNo, first, 65535).value_or(0);
+  const auto n = (uint32_t)*count;
+  if (no != 0) {
+    const auto prefix = split_prefix(first, (uint32_t)no, n);
+    throw Error(fmt::format("{} is shard {} of {} of a split model: give the first shard{}", first, no + 1, n,
+                            prefix ? " (" + split_path(*prefix, 0, n) + ")" : std::string()));
+  }
+  const auto prefix = split_prefix(first, 0, n);
+  if (!prefix)
+    throw Error(fmt::format("{} is the first of {} shards of a split model, but its name does not end in "
+                            "-00001-of-{:05d}.gguf, so the other shards cannot be found (keep gguf-split's names)",
+                            first, n, n));
+  const auto total = split_key(kv_, kSplitTensorsCount, first, kMaxTensors);
+  std::unordered_set<std::string> names;
+  for (const TensorInfo& t : tensors_) names.insert(t.name);
+  for (uint32_t k = 1; k < n; ++k) {
+    const std::string path = split_path(*prefix, k, n);
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0)
+      throw Error(fmt::format("split model {}: shard {} of {} is missing: {} ({})", first, k + 1, n, path,
+                              std::strerror(errno)));
+    maps_.push_back(map_file(path));
+    Parsed r;
+    try {
+      r = parse_image(maps_.back().base, maps_.back().size);
+    } catch (const Error& e) {
+      throw Error(fmt::format("split model {}: shard {} of {} ({}): {}", first, k + 1, n, path, e.what()));
+    }
+    const auto their_count = split_key(r.kv, kSplitCount, path, 65535);
+    const auto their_no = split_key(r.kv, kSplitNo, path, 65535);
+    if (their_count != count || their_no != k)
+      throw Error(fmt::format("split model {}: {} is not shard {} of {} of it (its split.no is {}, split.count {})", first,
+                              path, k + 1, n, their_no ? std::to_string(*their_no) : "missing",
+                              their_count ? std::to_string(*their_count) : "missing"));
+    const auto their_total = split_key(r.kv, kSplitTensorsCount, path, kMaxTensors);
+    if (their_total && total && *their_total != *total)
+      throw Error(fmt::format("split model {}: shard {} says the model has {} tensors, the first shard says {}: the "
+                              "shards come from different files", first, path, *their_total, *total));
+    for (TensorInfo& t : r.tensors) {
+      if (!names.insert(t.name).second)
+        throw Error(fmt::format("split model {}: tensor '{}' of {} is also in an earlier shard", first, t.name, path));
+      t.shard = k;
+      tensors_.push_back(std::move(t));
+    }
+    shards_.push_back({path, maps_.back().size, r.data_offset, (uint64_t)r.tensors.size()});
+  }
+  if (total && *total != tensors_.size())
+    throw Error(fmt::format("split model {}: split.tensors.count is {} but its {} shards hold {} tensors", first, *total,
+                            n, tensors_.size()));
+}
+
+File File::from_bytes(const uint8_t* data, size_t size, std::string name) {
+  File f;
+  Mapping m;
+  m.owned = std::make_unique<std::vector<uint8_t>>(data, data + size);
+  m.base = m.owned->data();
+  m.size = size;
+  f.maps_.push_back(std::move(m));
+  Parsed r = parse_image(f.maps_[0].base, f.maps_[0].size);
+  f.version_ = r.version;
+  f.alignment_ = r.alignment;
+  f.kv_ = std::move(r.kv);
+  f.tensors_ = std::move(r.tensors);
+  f.shards_.push_back({std::move(name), size, r.data_offset, (uint64_t)f.tensors_.size()});
+  return f;
+}
+
+uint64_t File::file_size() const {
+  uint64_t n = 0;
+  for (const Shard& s : shards_) n += s.size;
+  return n;
 }
 
 const Value* File::find(std::string_view key) const {
@@ -395,14 +521,14 @@ uint64_t File::get_uint(std::string_view key) const {
   const Value* v = find(key);
   if (!v || !is_int(v->type)) missing(*this, key, "unsigned integer");
   if (is_signed(v->type) && v->i < 0)
-    throw Error(fmt::format("{}: metadata key '{}' is negative ({})", path_, key, v->i));
+    throw Error(fmt::format("{}: metadata key '{}' is negative ({})", path(), key, v->i));
   return v->u;
 }
 int64_t File::get_int(std::string_view key) const {
   const Value* v = find(key);
   if (!v || !is_int(v->type)) missing(*this, key, "integer");
   if (!is_signed(v->type) && v->u > (uint64_t)std::numeric_limits<int64_t>::max())
-    throw Error(fmt::format("{}: metadata key '{}' is too large", path_, key));
+    throw Error(fmt::format("{}: metadata key '{}' is too large", path(), key));
   return v->i;
 }
 double File::get_float(std::string_view key) const {
@@ -449,9 +575,11 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
 }
 const TensorInfo& File::tensor(std::string_view name) const {
   const TensorInfo* t = find_tensor(name);
-  if (!t) throw Error(fmt::format("{}: tensor '{}' is missing", path_, name));
+  if (!t) throw Error(fmt::format("{}: tensor '{}' is missing", path(), name));
   return *t;
 }
-const uint8_t* File::tensor_data(const TensorInfo& t) const { return base_ + data_offset_ + t.offset; }
+const uint8_t* File::tensor_data(const TensorInfo& t) const {
+  return maps_[t.shard].base + shards_[t.shard].data_offset + t.offset;
+}
 
 }  // namespace qrig::gguf

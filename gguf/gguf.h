@@ -1,5 +1,6 @@
-// GGUF file format: reading (mmap, untrusted input, every length bounds-checked) and the value and
-// tensor-type vocabulary shared by the reader, the writer and dequantization. Includes nothing of qrig.
+// GGUF file format: reading (mmap, untrusted input, every length bounds-checked; a model split into shards
+// by llama.cpp's gguf-split read as one file) and the value and tensor-type vocabulary shared by the reader,
+// the writer and dequantization. Includes nothing of qrig.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +59,7 @@ struct Value {
   std::vector<Value> arr;             // arrays of arrays
   size_t size() const;                // element count of an array
 
+  static Value of_u16(uint16_t v);
   static Value of_u32(uint32_t v);
   static Value of_u64(uint64_t v);
   static Value of_i32(int32_t v);
@@ -74,25 +76,47 @@ struct TensorInfo {
   std::string name;
   std::vector<uint64_t> ne;  // ggml order: ne[0] is the fastest (innermost, "in") dimension
   TensorType type = TensorType::F32;
-  uint64_t offset = 0;       // relative to the start of the data section
+  uint64_t offset = 0;       // relative to the start of the data section of its shard
+  uint32_t shard = 0;        // which file of a split model holds the data (0: the first, or the only one)
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   std::string shape_string() const;  // e.g. "[256, 1024]"
 };
 
-// A read-only GGUF file. Construction parses and validates the header, metadata and tensor infos;
-// tensor data stays in the mapping.
+// The keys llama.cpp's gguf-split writes into every shard of a split model (`NAME-00001-of-00003.gguf` ...):
+// the shard's number (from 0), how many shards there are and the tensors of all shards together. The first
+// shard holds every other metadata key; each shard holds its own tensors and their data.
+constexpr const char* kSplitNo = "split.no";
+constexpr const char* kSplitCount = "split.count";
+constexpr const char* kSplitTensorsCount = "split.tensors.count";
+// The file name of shard `no` (from 0) of `count` for a prefix: PREFIX-00002-of-00003.gguf (llama.cpp's naming).
+std::string split_path(const std::string& prefix, uint32_t no, uint32_t count);
+// The prefix of a shard's path when its name follows that naming with these numbers; nullopt otherwise.
+std::optional<std::string> split_prefix(const std::string& path, uint32_t no, uint32_t count);
+
+// A read-only GGUF model. Construction parses and validates the header, metadata and tensor infos; tensor
+// data stays in the mapping. A split model (split.count > 1) opened by its first shard maps every shard:
+// metadata comes from the first, tensors from all of them, each tensor_data() pointing into its own file; a
+// missing, extra or mismatched shard is an Error naming it.
 class File {
  public:
   static File open(const std::string& path);
-  // Parse an in-memory image (tests, fuzzing). The bytes are copied.
+  // Parse an in-memory image (tests, fuzzing). The bytes are copied. Other shards are not looked for.
   static File from_bytes(const uint8_t* data, size_t size, std::string name = "<memory>");
 
-  const std::string& path() const { return path_; }
+  struct Shard {
+    std::string path;
+    uint64_t size = 0;         // bytes of this file
+    uint64_t data_offset = 0;  // where its data section starts
+    uint64_t tensors = 0;      // tensors whose data it holds
+  };
+
+  const std::string& path() const { return shards_[0].path; }  // the first (or only) file
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
-  uint64_t data_offset() const { return data_offset_; }
-  uint64_t file_size() const { return size_; }
+  uint64_t data_offset() const { return shards_[0].data_offset; }  // of the first file
+  uint64_t file_size() const;  // bytes of every file of the model together (one file: its size)
+  const std::vector<Shard>& shards() const { return shards_; }  // one entry unless the model is split
 
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
   const Value* find(std::string_view key) const;
@@ -110,26 +134,34 @@ class File {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   const TensorInfo& tensor(std::string_view name) const;  // throws Error naming the tensor
-  const uint8_t* tensor_data(const TensorInfo& t) const;
-  const uint8_t* bytes() const { return base_; }
+  const uint8_t* tensor_data(const TensorInfo& t) const;  // into the file that holds t (t.shard)
+  const uint8_t* bytes() const { return maps_[0].base; }  // the first file's bytes
 
-  File(File&&) noexcept;
-  File& operator=(File&&) noexcept;
-  ~File();
+  File(File&&) noexcept = default;
+  File& operator=(File&&) noexcept = default;
+  ~File() = default;
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
  private:
+  // One file's bytes: an mmap (unmapped on destruction) or an owned copy.
+  struct Mapping {
+    const uint8_t* base = nullptr;
+    uint64_t size = 0;
+    void* map = nullptr;
+    std::unique_ptr<std::vector<uint8_t>> owned;
+    Mapping() = default;
+    Mapping(Mapping&& o) noexcept;
+    Mapping& operator=(Mapping&& o) noexcept;
+    ~Mapping();
+  };
   File() = default;
-  void parse();
-  std::string path_;
-  const uint8_t* base_ = nullptr;
-  uint64_t size_ = 0;
-  void* map_ = nullptr;  // mmap base when mapped
-  std::unique_ptr<std::vector<uint8_t>> owned_;  // bytes when built from memory
+  static Mapping map_file(const std::string& path);
+  void open_other_shards();
+  std::vector<Mapping> maps_;   // per shard
+  std::vector<Shard> shards_;   // per shard
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
-  uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<TensorInfo> tensors_;
 };

@@ -7,13 +7,13 @@
 
 namespace qrig::runtime {
 
-std::unique_ptr<Backend> make_cpu_backend(const ir::Plan& plan);   // runtime/cpu/cpu_backend.cpp
+std::unique_ptr<Backend> make_cpu_backend(const ir::Plan& plan, const BackendOptions& opt);  // runtime/cpu/cpu_backend.cpp
 #ifdef QRIG_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan, const BackendOptions& opt);  // runtime/cuda
 #endif
 
 std::unique_ptr<Backend> make_backend(const ir::Plan& plan, const BackendOptions& opt) {
-  if (plan.backend == "cpu") return make_cpu_backend(plan);
+  if (plan.backend == "cpu") return make_cpu_backend(plan, opt);
 #ifdef QRIG_HAVE_CUDA
   if (plan.backend == "cuda") return make_cuda_backend(plan, opt);
 #endif

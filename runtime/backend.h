@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ir/plan.h"
@@ -60,11 +62,23 @@ class Backend {
   virtual int64_t snapshot_bytes() const = 0;
 };
 
+// Where a backend is while it binds a plan's weights (make_backend), for a progress display.
+struct LoadProgress {
+  std::string stage;   // what is being done: "reading weights" (CPU), "uploading weights to cuda:0"
+  int64_t done = 0;    // bytes so far
+  int64_t total = 0;   // bytes in all (done == total: the stage is complete)
+};
+using LoadProgressFn = std::function<void(const LoadProgress&)>;
+
 // How to run a plan, where the plan leaves a choice to the operator (not a decision of the compiler's).
 struct BackendOptions {
   // CUDA plans: run decode steps as CUDA graphs where the plan says so (decode_graphs); false turns them off
   // for this run (`--no-cuda-graphs`, to compare or to work around a driver).
   bool cuda_graphs = true;
+  // Called on the constructing thread while the weights are bound, at least at the start and at the end of each
+  // stage. The CPU backend then reads every page of the mapped weights (what it reports is the disk read, which
+  // the first request would otherwise pay); the CUDA backend reports each weight it uploads.
+  LoadProgressFn progress;
 };
 
 // The backend a plan asks for. Throws RuntimeError when this build cannot run it (e.g. no CUDA backend).

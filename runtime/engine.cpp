@@ -52,7 +52,7 @@ struct Engine::Active {
   int64_t generated = 0;
   int32_t last = -1;             // token to feed next during generation
   bool in_generation = false;
-  Clock::time_point start, first_token;
+  Clock::time_point start, admitted, first_token;  // admitted: a slot took it (start until then: the queue)
   std::vector<int32_t> history;  // tokens in the slot's state, for prefix reuse after the request
 };
 
@@ -180,6 +180,8 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
   } else {
     d.prompt_ms = ms_since(a.start);
   }
+  d.queue_ms = a.admitted != Clock::time_point{} ? std::chrono::duration<double, std::milli>(a.admitted - a.start).count()
+                                                 : ms_since(a.start);
   {
     std::lock_guard<std::mutex> lk(mu_);
     stats_.requests_total += 1;
@@ -188,6 +190,10 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
     stats_.cached_tokens_total += a.cached;
     stats_.prompt_seconds_total += d.prompt_ms / 1000.0;
     stats_.generation_seconds_total += d.generation_ms / 1000.0;
+    // Its slot is free from here on (release() follows): a client told of the end below and asking for the stats
+    // at once (GET /health, /metrics) must not see the request still running.
+    if (a.slot >= 0 && (size_t)a.slot < active_.size() && active_[(size_t)a.slot].get() == &a && stats_.running > 0)
+      stats_.running -= 1;
   }
   if (a.leads_group && !a.group->ready) a.group->broken = true;  // the first sample ended before its prefill did
   if (a.slot >= 0) {
@@ -282,6 +288,7 @@ std::vector<Engine::Failed> Engine::admit_locked() {
     if (best < 0) break;
     std::unique_ptr<Active> a = std::move(*next);
     queue_.erase(next);
+    a->admitted = Clock::now();
     if (a->group && a->group->broken) {  // an ordinary request now
       a->group.reset();
       a->leads_group = false;

@@ -72,6 +72,7 @@ struct DoneEvent {
   int64_t cached_tokens = 0;      // prompt tokens reused from a previous request's state
   int64_t generated_tokens = 0;
   double prompt_ms = 0, generation_ms = 0;
+  double queue_ms = 0;  // waiting for a slot (part of prompt_ms): from submit until a slot took the request
 };
 
 struct Callbacks {

@@ -501,7 +501,7 @@ class Session : public std::enable_shared_from_this<Session> {
     asio::async_write(sock_, asio::buffer(*wire), [self = shared_from_this(), wire, ex, keep](const error_code& ec, size_t) {
       if (self->phase_ == Phase::closed) return;
       self->disarm();
-      self->log(ex->first, ex->second);
+      self->log(ex->first, ex->second, !ec);
       if (ec) return self->close_now();
       if (keep) return self->wait_request(self->srv_.lim.idle_timeout_ms);
       self->graceful_close();
@@ -517,10 +517,10 @@ class Session : public std::enable_shared_from_this<Session> {
     respond_inline(std::move(res), false);
   }
 
-  void log(const Request& req, const Response& res) {
+  void log(const Request& req, const Response& res, bool complete) {
     if (!srv_.h.log) return;
     try {
-      srv_.h.log(req, res, std::chrono::duration<double, std::milli>(Clock::now() - t0_).count());
+      srv_.h.log(req, res, std::chrono::duration<double, std::milli>(Clock::now() - t0_).count(), complete);
     } catch (...) {
     }
   }
@@ -556,7 +556,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (req.method != "HEAD") wire += res.body;
       ok = send_all(fd_, wire.data(), wire.size(), io_ms, srv_.stopping);
     }
-    log(req, res);
+    log(req, res, ok);
     // Large bodies leave freed memory in the allocator's per-thread arenas: hand it back to the system.
     const bool large = req.body.size() + res.body.size() > (1u << 20);
     std::string().swap(req.body);

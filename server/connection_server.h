@@ -62,8 +62,9 @@ class ConnectionServer {
     std::function<void(Request&, Response&)> handle;
     // A failure of the connection layer itself (framing, limits, timeouts, no free worker): fill `res`.
     std::function<void(int status, const std::string& message, Response& res)> error;
-    // After each response (written, or failed; status 499: the client left before it): the request log.
-    std::function<void(const Request&, const Response&, double ms)> log;
+    // After each response (written, or failed; status 499: the client left before it): the request log. `ms`:
+    // since the request's first byte; `complete`: the whole response reached the socket.
+    std::function<void(const Request&, const Response&, double ms, bool complete)> log;
   };
 
   ConnectionServer(ConnectionLimits limits, Handlers handlers);

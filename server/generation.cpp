@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "server/errors.h"
+#include "server/metrics.h"
 #include "text/unicode.h"
 
 namespace qrig::server {
@@ -64,7 +65,8 @@ Generation::Generation(std::shared_ptr<const ServedModel> model, Options opt)
       decoder_(*model_->tokenizer),
       stop_(opt.stop),
       skip_special_(opt.skip_special),
-      include_stop_(opt.include_stop) {}
+      include_stop_(opt.include_stop),
+      record_(RequestScope::current()) {}
 
 void Generation::check_prompt(const ServedModel& model, const runtime::Request& req, const Options& opt) {
   if (req.prompt.empty()) throw ApiError(ErrorKind::invalid_request, "the prompt is empty", opt.prompt_param);
@@ -116,7 +118,23 @@ std::vector<std::unique_ptr<Generation>> Generation::group(std::shared_ptr<const
 }
 
 Generation::~Generation() {
-  if (!done_ && id_ != 0) model_->engine->cancel(id_);
+  if (!done_ && id_ != 0) {
+    model_->engine->cancel(id_);
+    finish_reason_ = "cancelled";  // left before the end: the client went away, or the handler failed
+    report_end();
+  }
+}
+
+void Generation::report_end() {
+  if (reported_ || id_ == 0) return;
+  reported_ = true;
+  try {
+    if (model_->metrics) model_->metrics->observe({finish_reason_, done_, stats_});
+    if (record_)
+      record_->add_generation(done_ ? stats_.prompt_tokens : 0, stats_.cached_tokens, completion_tokens_,
+                              stats_.prompt_ms, stats_.generation_ms, stats_.queue_ms, finish_reason_, error_);
+  } catch (const std::exception&) {  // reporting never fails a generation (or a destructor)
+  }
 }
 
 void Generation::cancel() {
@@ -124,6 +142,8 @@ void Generation::cancel() {
   cancel_requested_ = true;
   stopped_ = true;
   model_->engine->cancel(id_);
+  finish_reason_ = "cancelled";  // the client is gone: report now, the response's log line follows at once
+  report_end();
 }
 
 void Generation::stop_early(const std::string& reason, size_t unused_tokens) {
@@ -132,7 +152,12 @@ void Generation::stop_early(const std::string& reason, size_t unused_tokens) {
   early_reason_ = reason;
   completion_tokens_ -= std::min<int64_t>((int64_t)unused_tokens, completion_tokens_);
   if (done_) {
-    if (finish_reason_ == "stop" || finish_reason_ == "length") finish_reason_ = reason;
+    if ((finish_reason_ == "stop" || finish_reason_ == "length") && reason != finish_reason_) {
+      // Already reported at the end: the end turned out to be this reason (a tool call completed by the tail).
+      if (reported_ && model_->metrics) model_->metrics->reclassify(finish_reason_, reason);
+      if (reported_ && record_) record_->reclassify(finish_reason_, reason);
+      finish_reason_ = reason;
+    }
     return;
   }
   model_->engine->cancel(id_);
@@ -193,18 +218,15 @@ Generation::Step Generation::next(std::chrono::milliseconds wait) {
   if (done->reason == runtime::Finish::error) {
     finish_reason_ = "error";
     error_ = done->error;
-    return step;
-  }
-  if (!early_reason_.empty()) {
+  } else if (!early_reason_.empty()) {
     finish_reason_ = early_reason_;  // our own stop (stop string, one tool call) wins over the engine's
-    return step;
-  }
-  if (cancel_requested_ || done->reason == runtime::Finish::cancelled) {
+  } else if (cancel_requested_ || done->reason == runtime::Finish::cancelled) {
     finish_reason_ = "cancelled";
-    return step;
+  } else {
+    finish_text(step);
+    finish_reason_ = !early_reason_.empty() ? early_reason_ : done->reason == runtime::Finish::length ? "length" : "stop";
   }
-  finish_text(step);
-  finish_reason_ = !early_reason_.empty() ? early_reason_ : done->reason == runtime::Finish::length ? "length" : "stop";
+  report_end();
   return step;
 }
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/errors.h"
+#include "server/request_log.h"
 #include "server/served_model.h"
 #include "text/stop.h"
 
@@ -92,6 +93,8 @@ class Generation {
   Generation(std::shared_ptr<const ServedModel> model, Options opt);  // not submitted yet
   static void check_prompt(const ServedModel& model, const runtime::Request& req, const Options& opt);
   runtime::Callbacks callbacks() const;
+  // Tells the metrics and the request's log record how it ended (once: when done, or when destroyed before).
+  void report_end();
 
   std::shared_ptr<const ServedModel> model_;
   std::shared_ptr<Queue> q_;
@@ -106,6 +109,8 @@ class Generation {
   std::string finish_reason_, early_reason_, error_;
   int64_t completion_tokens_ = 0;
   runtime::DoneEvent stats_;
+  std::shared_ptr<RequestRecord> record_;  // the HTTP request this generation belongs to (may be null)
+  bool reported_ = false;
 };
 
 // Random identifiers for responses ("chatcmpl-" + 24 alphanumerics...).

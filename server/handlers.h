@@ -20,7 +20,7 @@ namespace qrig::server {
 struct Context {
   ServerOptions opt;
   std::vector<std::string> api_keys;  // api_keys_of(opt): empty means no authentication
-  Metrics metrics;
+  std::shared_ptr<Metrics> metrics = std::make_shared<Metrics>();
   std::atomic<bool> draining{false};
   mutable std::mutex mu;
   std::shared_ptr<const ServedModel> model;  // null while loading

@@ -6,11 +6,14 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace qrig::server {
+
+struct RequestRecord;  // server/request_log.h
 
 // Where a streamed response's bytes go. write() returns false once the client is gone (the stream must
 // stop); done() ends the stream normally.
@@ -50,6 +53,8 @@ struct Response {
   // ok = the stream ended with done().
   std::function<bool(StreamSink&)> pump;
   std::function<void(bool ok)> stream_end;
+  // What the request's generations reported, for the request log (server/request_log.h); may be null.
+  std::shared_ptr<RequestRecord> record;
 
   void set_header(const std::string& name, const std::string& value);  // replaces one of that name
   std::string header(const std::string& name) const;

@@ -1,7 +1,8 @@
 // HttpServer: the application on top of the connection layer (server/connection_server.h): routes, the API
 // key (checked before routes are matched, so a client without the key learns nothing, not even which routes
 // exist), CORS, error objects for the connection layer's own failures, the request log (escaped: nothing a
-// client sends can forge a log line) and per-route metrics, and draining for graceful shutdown.
+// client sends can forge a log line; server/request_log.h) and per-route metrics, and draining for graceful
+// shutdown.
 #include "server/http_server.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "server/connection_server.h"
 #include "server/handlers.h"
+#include "server/request_log.h"
 #include "server/sse.h"
 
 namespace qrig::server {
@@ -163,7 +165,8 @@ bool check_head(Context& ctx, const Request& req, Response& res) {
     return true;
   }
   const bool post_route = is_route(req.path, true), get_route = is_route(req.path, false);
-  if (!ctx.api_keys.empty() && !(get_route && is_health(req.path)) && !authorized(ctx.api_keys, req)) {
+  const bool public_route = get_route && (is_health(req.path) || (ctx.opt.metrics_public && req.path == "/metrics"));
+  if (!ctx.api_keys.empty() && !public_route && !authorized(ctx.api_keys, req)) {
     send_error(res, ApiError(ErrorKind::authentication, req.has_header("Authorization") || req.has_header("x-api-key")
                                                             ? "invalid API key"
                                                             : "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"),
@@ -248,7 +251,8 @@ void route(Context& ctx, const Request& req, Response& res) {
   if (is_health(p)) return handle_health(ctx, res);
   if (p == "/metrics") {
     ModelPtr m = ctx.get_model();
-    res.set_content(ctx.metrics.render(m ? m->engine.get() : nullptr, m != nullptr), "text/plain; version=0.0.4");
+    res.set_content(ctx.metrics->render(m ? m->engine.get() : nullptr, m ? m->id : "", m != nullptr),
+                    "text/plain; version=0.0.4");
     return;
   }
   send_error(res, ApiError(ErrorKind::not_found, fmt::format("no route for {} {}", req.method, req.path)));
@@ -290,6 +294,7 @@ HttpServer::HttpServer(ServerOptions opt) : ctx_(std::make_unique<Context>()) {
   ctx_->opt = std::move(opt);
   const ServerOptions& o = ctx_->opt;
   ctx_->api_keys = api_keys_of(o);
+  ctx_->metrics->set_compat(o.metrics_compat);
   ConnectionLimits lim;
   lim.head_timeout_ms = (int64_t)o.head_timeout_s * 1000;
   lim.io_timeout_ms = (int64_t)o.timeout_s * 1000;
@@ -301,18 +306,35 @@ HttpServer::HttpServer(ServerOptions opt) : ctx_(std::make_unique<Context>()) {
 
   Context& ctx = *ctx_;
   ConnectionServer::Handlers h;
-  h.early = [&ctx](const Request& req, Response& res) { return check_head(ctx, req, res); };
+  h.early = [&ctx](const Request& req, Response& res) {
+    if (!check_head(ctx, req, res)) return false;
+    res.set_header("X-Request-Id", request_id(req));
+    return true;
+  };
   h.on_worker = [](const Request& req) { return is_route(req.path, true); };
-  h.handle = [&ctx](Request& req, Response& res) { route(ctx, req, res); };
+  h.handle = [&ctx](Request& req, Response& res) {
+    // The generations the handler runs report into this request's record (server/request_log.h).
+    auto record = std::make_shared<RequestRecord>();
+    {
+      RequestScope scope(record);
+      route(ctx, req, res);
+    }
+    res.record = std::move(record);
+    res.set_header("X-Request-Id", request_id(req));
+  };
   h.error = [](int status, const std::string& message, Response& res) {
     send_error(res, ApiError(kind_for_status(status), message));
     res.status = status;
   };
-  h.log = [&ctx](const Request& req, const Response& res, double ms) {
-    ctx.metrics.count_request(route_label(req.path), res.status);
-    if (ctx.opt.log_requests)
-      fmt::print(stderr, "qrig serve: {} {} {} {} {:.1f} ms\n", log_escape(req.remote_addr, 64), log_escape(req.method, 32),
-                 log_escape(req.path, 512), res.status, ms);
+  h.log = [&ctx](const Request& req, const Response& res, double ms, bool complete) {
+    ctx.metrics->count_request(route_label(req.path), res.status);
+    if (!ctx.opt.log_requests) return;
+    Delivery d;
+    d.ms = ms;
+    d.complete = complete && res.status != 499;
+    d.client_gone = res.status == 499 || (!complete && !req.client_alive());
+    const std::string line = request_log_line(req, res, res.record.get(), d);
+    std::fputs(line.c_str(), stderr);
   };
   conn_ = std::make_unique<ConnectionServer>(std::move(lim), std::move(h));
 }
@@ -324,6 +346,7 @@ int HttpServer::bind() { return conn_->bind(ctx_->opt.host, ctx_->opt.port); }
 void HttpServer::run() { conn_->run(); }
 
 void HttpServer::set_model(std::shared_ptr<ServedModel> model) {
+  if (model) model->metrics = ctx_->metrics;
   std::lock_guard<std::mutex> lk(ctx_->mu);
   ctx_->model = std::move(model);
 }

@@ -28,9 +28,11 @@ struct ServerOptions {
   int max_connections = 1024;              // open connections at most
   int64_t max_queue = 64;                  // only used for the http_threads default
   int64_t slots = 4;                       // idem
-  bool log_requests = true;                // one line per request on stderr
+  bool log_requests = true;                // one line per request on stderr (server/request_log.h)
   bool ignore_unsupported_fields = false;  // fields that would change the output but are not implemented:
                                            // ignored and reported (X-Qrig-Ignored-Fields) instead of a 400
+  bool metrics_public = false;             // GET /metrics answers without the API key
+  std::string metrics_compat;              // also llama-server's / vLLM's metric names: "llamacpp", "vllm", both
 };
 
 constexpr int kMaxHttpThreads = 1024;

@@ -14,12 +14,17 @@
 
 namespace qrig::server {
 
+class Metrics;  // server/metrics.h
+
 struct ServedModel {
   std::shared_ptr<runtime::Engine> engine;
   std::shared_ptr<const text::Tokenizer> tokenizer;
   std::string id;        // the model name in /v1/models and in every response ("model")
   std::string path;      // the GGUF or plan the model came from (shown in /v1/models)
   int64_t created = 0;   // unix seconds the model was loaded
+  // Where every generation reports how it ended (latency histograms, finish reasons); set by
+  // HttpServer::set_model. May be null (then nothing is reported).
+  std::shared_ptr<Metrics> metrics;
 
   // Derived from the tokenizer by init(): end-of-generation ids, the single-token "<tool_call>" (if the
   // vocabulary has one) that tool_choice "none" bans, and the vocabulary as constrained decoding sees it.

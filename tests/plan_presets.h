@@ -15,10 +15,11 @@
 #include "compiler/compile.h"
 #include "gguf/gguf.h"
 #include "ir/plan.h"
+#include "tests/fixtures.h"
 
 namespace qrig::presets {
 
-const std::string kFixtures = std::string(QRIG_SHARED_DIR) + "/fixtures/";
+const std::string kFixtures = qrig::fixtures::shared_dir() + "/fixtures/";
 const std::string kRigs = std::string(QRIG_SOURCE_DIR) + "/rigs/";
 
 // A fresh directory under the system temp dir, removed with everything in it at scope exit.

@@ -193,7 +193,15 @@ void plan_memory(CompileContext& cx) {
   for (const auto& d : cx.rig.devices)
     if ((p.backend == "cpu") == (d.kind == "cpu")) { gib = std::min(gib, d.memory_gib); ++n_dev; }
   if (n_dev == 0) throw CompileError("rig has no device for the chosen backend");
-  m.budget_bytes = (int64_t)(gib * 1024 * 1024 * 1024);
+  // GPUs: leave the runtime its headroom (CompileOptions::gpu_memory_utilization).
+  const double use = cx.options.gpu_memory_utilization;
+  if (cuda && !(use > 0 && use <= 1))
+    throw CompileError(fmt::format("the GPU memory fraction (--gpu-memory-utilization) must be in (0, 1], not {}", use));
+  m.budget_bytes = (int64_t)(gib * 1024 * 1024 * 1024 * (cuda ? use : 1.0));
+  if (cuda)
+    p.notes.push_back(fmt::format("memory: the plan may use {:.2f} of each GPU's {:.1f} GiB ({:.1f} GiB; "
+                                  "--gpu-memory-utilization), the rest is the runtime's headroom", use, gib,
+                                  (double)m.budget_bytes / (1 << 30)));
 
   // Everything but the KV caches, per device, for a context length (the attention scratch grows with it).
   const int64_t max_t = p.max_batch_tokens, max_r = p.max_logit_rows;
@@ -245,6 +253,10 @@ void plan_memory(CompileContext& cx) {
       throw CompileError(fmt::format("context length {} x {} sequences does not fit: at most {} tokens per sequence",
                                      cx.options.context_length, slots, fits));
     ctx = cx.options.context_length;
+    if (ctx > hp.context_length)
+      p.notes.push_back(fmt::format("warning: context length {} is above the {} tokens the model was trained for "
+                                    "({}.context_length): positions beyond it are extrapolated and output quality may "
+                                    "degrade", ctx, hp.context_length, hp.arch));
   }
   p.context_length = ctx;
   fixed_parts(ctx);

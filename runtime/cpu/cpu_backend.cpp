@@ -1,5 +1,9 @@
 // Backend implementation over the CPU reference executor: one CpuSequence per slot, steps run slot by slot.
+// With a progress callback (BackendOptions::progress) it reads the weights in at load, reporting as it goes.
 #include <unistd.h>
+
+#include <algorithm>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -10,13 +14,57 @@ namespace qrig::runtime {
 
 namespace {
 
+// Reads one byte of every page of the weights the plan's ops use, so that loading, not the first request, pays
+// for the disk; reports the bytes read at least every 64 MiB and after each tensor.
+void read_weights_in(const ir::Plan& plan, const gguf::File& f, const LoadProgressFn& progress) {
+  std::set<std::string> names;
+  for (const ir::Op& op : plan.graph.ops) {
+    for (const char* key : {"weight", "ssm_a", "dt_bias"})
+      if (op.has(key)) names.insert(op.s(key));
+    if (op.has("weights"))
+      for (const auto& w : op.strs("weights")) names.insert(w);
+  }
+  std::vector<const gguf::TensorInfo*> tensors;
+  int64_t total = 0;
+  for (const auto& name : names)
+    if (const gguf::TensorInfo* t = f.find_tensor(name)) {
+      tensors.push_back(t);
+      total += (int64_t)t->n_bytes;
+    }
+  // In file order: the disk reads sequentially.
+  std::sort(tensors.begin(), tensors.end(), [](const gguf::TensorInfo* a, const gguf::TensorInfo* b) {
+    return a->shard != b->shard ? a->shard < b->shard : a->offset < b->offset;
+  });
+  const char* stage = "reading weights";
+  progress({stage, 0, total});
+  constexpr int64_t kPage = 4096, kReport = 64ll << 20;
+  int64_t done = 0, reported = 0;
+  volatile uint8_t sink = 0;
+  for (const gguf::TensorInfo* t : tensors) {
+    const uint8_t* p = f.tensor_data(*t);
+    for (int64_t k = 0; k < (int64_t)t->n_bytes; k += kPage) {
+      sink = sink + p[k];
+      if (done + k - reported >= kReport) {
+        reported = done + k;
+        progress({stage, reported, total});
+      }
+    }
+    done += (int64_t)t->n_bytes;
+    if (done < total) {
+      reported = done;
+      progress({stage, done, total});
+    }
+  }
+  progress({stage, total, total});
+}
+
 struct CpuSnapshot : Snapshot {
   std::vector<std::vector<float>> states;  // non-positional states only (empty vector for KV caches)
 };
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const ir::Plan& plan) : ex_(plan, open_plan_model(plan)) {
+  CpuBackend(const ir::Plan& plan, const BackendOptions& opt) : file_(open_plan_model(plan)), ex_(plan, file_) {
     // Every slot's states are allocated up front: refuse a plan whose states cannot fit this machine's memory
     // rather than let the allocations run until the process is killed.
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -27,6 +75,7 @@ class CpuBackend final : public Backend {
                                      "has {:.1f} GiB: recompile with a smaller --ctx or --parallel",
                                      need / (1 << 30), plan.max_sequences, (double)ex_.sequence_bytes() / (1 << 20),
                                      ram / (1 << 30)));
+    if (opt.progress) read_weights_in(plan, *file_, opt.progress);
     for (int64_t s = 0; s < plan.max_sequences; ++s) seqs_.push_back(ex_.new_sequence());
     for (const auto& st : plan.graph.states) {
       bool positional = false;
@@ -92,6 +141,7 @@ class CpuBackend final : public Backend {
   }
   const CpuSequence& seq(int slot) const { return const_cast<CpuBackend*>(this)->seq(slot); }
 
+  std::shared_ptr<const gguf::File> file_;
   CpuExecutor ex_;
   std::vector<CpuSequence> seqs_;
   std::vector<bool> positional_;
@@ -99,6 +149,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const ir::Plan& plan) { return std::make_unique<CpuBackend>(plan); }
+std::unique_ptr<Backend> make_cpu_backend(const ir::Plan& plan, const BackendOptions& opt) {
+  return std::make_unique<CpuBackend>(plan, opt);
+}
 
 }  // namespace qrig::runtime

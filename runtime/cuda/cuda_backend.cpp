@@ -12,7 +12,7 @@ namespace {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ir::Plan& plan, const BackendOptions& opt)
-      : ex_(plan, open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs}) {}
+      : ex_(plan, open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs, opt.progress}) {}
   const ir::Plan& plan() const override { return ex_.plan(); }
   int slots() const override { return ex_.slots(); }
   int64_t vocab_rows() const override { return ex_.vocab_rows(); }

@@ -36,7 +36,14 @@ Loaded load() {
   DriverApi& a = L.api;
   std::string missing;
   resolve(h, "cuDriverGetVersion", a.cuDriverGetVersion, missing);
-  if (a.cuDriverGetVersion) a.cuDriverGetVersion(&L.version);
+  if (a.cuDriverGetVersion) {
+    if (const CUresult r = a.cuDriverGetVersion(&L.version); r != CUDA_SUCCESS) {
+      L.version = 0;
+      L.why = fmt::format("libcuda.so.1 is not a usable driver: cuDriverGetVersion returned {}{}", r,
+                          r == 34 ? " (CUDA_ERROR_STUB_LIBRARY: the toolkit's stub, not a driver)" : "");
+      return L;
+    }
+  }
   resolve(h, "cuInit", a.cuInit, missing);
   resolve(h, "cuGetErrorName", a.cuGetErrorName, missing);
   resolve(h, "cuGetErrorString", a.cuGetErrorString, missing);

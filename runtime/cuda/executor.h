@@ -32,6 +32,7 @@ struct CudaOptions {
   // Decode steps (one token per sequence) as CUDA graphs (graph.h) where the plan says so (decode_graphs);
   // false turns them off for this executor (to compare, or to work around a driver).
   bool graphs = true;
+  LoadProgressFn progress;  // BackendOptions::progress: called per weight uploaded
 };
 
 // How the decode steps ran (CudaExecutor::graph_stats).

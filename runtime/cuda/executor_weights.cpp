@@ -11,6 +11,9 @@ namespace qrig::runtime {
 
 void CudaExecutor::Impl::upload_weights() {
   const gguf::File& f = *file;
+  const int64_t start = allocated;
+  const std::string stage = fmt::format("uploading weights to cuda:{}", opt.device);
+  if (opt.progress) opt.progress({stage, 0, layout.weight_bytes});
   for (const cuda::WeightUpload& w : layout.weights) {
     switch (w.kind) {
       case cuda::WeightUpload::q8:
@@ -61,6 +64,7 @@ void CudaExecutor::Impl::upload_weights() {
         break;
       }
     }
+    if (opt.progress) opt.progress({stage, allocated - start, layout.weight_bytes});
   }
 }
 

@@ -18,13 +18,14 @@
 #include "cli/args.h"
 #include "cli/synth.h"
 #include "gguf/gguf.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 using Catch::Matchers::Contains;
 
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(QRIG_SHARED_DIR) + "/" + name; }
+std::string fixture(const std::string& name) { return qrig::fixtures::shared_dir() + "/" + name; }
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -73,7 +74,7 @@ Stats stats_of(const gguf::File& f, const gguf::TensorInfo& t) {
 
 }  // namespace
 
-TEST_CASE("synth tiny has exactly tiny.gguf's metadata keys, value types and tensor table", "[cli]") {
+TEST_CASE("synth tiny has exactly tiny.gguf's metadata keys, value types and tensor table", "[cli][fixtures]") {
   std::string path = temp_dir() + "/tiny.gguf";
   cli::write_synth_model("tiny", 1, path);
   gguf::File s = gguf::File::open(path);
@@ -123,7 +124,7 @@ TEST_CASE("synth tiny has exactly tiny.gguf's metadata keys, value types and ten
   std::filesystem::remove_all(temp_dir());
 }
 
-TEST_CASE("synth vocabulary is a valid BPE vocabulary padded to the preset size", "[cli]") {
+TEST_CASE("synth vocabulary is a valid BPE vocabulary padded to the preset size", "[cli][fixtures]") {
   cli::SynthVocab v = cli::synth_vocab(1088);
   REQUIRE(v.tokens.size() == 1088);
   REQUIRE(v.types.size() == 1088);

@@ -10,12 +10,13 @@
 #include "compiler/compile.h"
 #include "compiler/models/qwen35.h"
 #include "gguf/writer.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 
 namespace {
 
-const std::string kFixtures = std::string(QRIG_SHARED_DIR) + "/fixtures/";
+const std::string kFixtures = qrig::fixtures::shared_dir() + "/fixtures/";
 const std::string kRigs = std::string(QRIG_SOURCE_DIR) + "/rigs/";
 
 // A copy of tiny.gguf with edits, for negative tests.
@@ -46,7 +47,7 @@ gguf::File edited_tiny(const std::vector<Edit>& edits, const std::string& retype
 
 }  // namespace
 
-TEST_CASE("hyperparameters of tiny.gguf and tiny-mtp.gguf", "[compiler]") {
+TEST_CASE("hyperparameters of tiny.gguf and tiny-mtp.gguf", "[compiler][fixtures]") {
   gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
   auto p = compiler::Qwen35Params::from_gguf(f);
   CHECK(p.n_layer == 8);
@@ -80,7 +81,7 @@ TEST_CASE("hyperparameters of tiny.gguf and tiny-mtp.gguf", "[compiler]") {
     if (op.has("weight")) CHECK(op.s("weight").rfind("blk.8.", 0) != 0);  // MTP kept aside, not lowered
 }
 
-TEST_CASE("unsupported or inconsistent models are refused with precise messages", "[compiler]") {
+TEST_CASE("unsupported or inconsistent models are refused with precise messages", "[compiler][fixtures]") {
   using gguf::Value;
   CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"general.architecture", Value::of_str("qwen35moe")}})),
                     Catch::Contains("qwen35moe") && Catch::Contains("not supported yet"));
@@ -102,7 +103,7 @@ TEST_CASE("unsupported or inconsistent models are refused with precise messages"
                     Catch::Contains("embedding_length"));
 }
 
-TEST_CASE("lowered graph and plan round-trip through their text forms", "[compiler]") {
+TEST_CASE("lowered graph and plan round-trip through their text forms", "[compiler][fixtures]") {
   gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
   auto plan = compiler::compile(f, compiler::Rig::load(kRigs + "cpu.toml"), {});
   const std::string text = ir::print(plan.graph);
@@ -127,7 +128,7 @@ TEST_CASE("lowered graph and plan round-trip through their text forms", "[compil
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("passes decide per rig", "[compiler]") {
+TEST_CASE("passes decide per rig", "[compiler][fixtures]") {
   gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
   auto cmp = compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), {});
   CHECK(cmp.backend == "cuda");

@@ -165,7 +165,7 @@ void compare(const ir::Plan& p, const std::string& golden_file) {
 
 }  // namespace
 
-TEST_CASE("the kernel pass chooses what the CUDA runtime chose before the redesign (golden lists)", "[compiler]") {
+TEST_CASE("the kernel pass chooses what the CUDA runtime chose before the redesign (golden lists)", "[compiler][fixtures]") {
   for (const std::string rig : {"h200", "cmp-100-210-x4"})
     for (const std::string model : {"tiny", "9b", "27b"}) {
       compare(presets::preset_plan(model, rig), model + "@" + rig + "_b64.txt");  // 64 tokens per step

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "runtime/cuda/nvrtc_lib.h"
+#include "tests/fixtures.h"
 #include "tests/missing_input.h"
 
 using namespace qrig;
@@ -51,7 +52,7 @@ std::string read_file(const fs::path& p) {
 }  // namespace
 
 TEST_CASE("qrig compile records the NVRTC, code target and loading of a CMP plan's kernels; inspect shows them",
-          "[cuda][cli]") {
+          "[cuda][cli][fixtures]") {
   const NvrtcLib* sm70 = nullptr;
   const NvrtcLib* newer_only = nullptr;  // one that cannot target sm_70 (NVRTC 13), if this machine has one
   for (const NvrtcLib& l : nvrtc_libraries()) {
@@ -65,8 +66,8 @@ TEST_CASE("qrig compile records the NVRTC, code target and loading of a CMP plan
   fs::create_directories(dir);
   // A kernel cache of its own (XDG_CACHE_HOME), so the compile really runs NVRTC.
   const std::string env = "XDG_CACHE_HOME=" + (dir / "cache").string() + " ";
-  const std::string compile = std::string(QRIG_BINARY) + " compile " + QRIG_SHARED_DIR +
-                              "/fixtures/tiny.gguf --rig " + QRIG_SOURCE_DIR + "/rigs/cmp-100-210-x4.toml --gpus 1";
+  const std::string compile = std::string(QRIG_BINARY) + " compile " +
+                              qrig::fixtures::shared_path("fixtures/tiny.gguf") + " --rig " + QRIG_SOURCE_DIR + "/rigs/cmp-100-210-x4.toml --gpus 1";
   const std::string inspect = std::string(QRIG_BINARY) + " inspect ";
 
   {  // the NVRTC that targets sm_70, named explicitly (QRIG_NVRTC replaces the search)

@@ -41,7 +41,7 @@ std::string model_path(const std::string& model) {
 
 }  // namespace
 
-TEST_CASE("the variants a plan names are exactly the precompiled ones and the ones the executor loads", "[cuda]") {
+TEST_CASE("the variants a plan names are exactly the precompiled ones and the ones the executor loads", "[cuda][fixtures]") {
   for (const Case& c : kCases) {
     INFO(c.model << "@" << c.rig << " batch " << c.batch);
     const ir::Plan p = plan_of(c, 0);
@@ -69,7 +69,7 @@ TEST_CASE("the variants a plan names are exactly the precompiled ones and the on
   CHECK_THROWS_WITH(runtime::kernels_loaded_by(p), Catch::Contains("activation plane"));
 }
 
-TEST_CASE("the executor's allocations equal the plan's memory table, part by part", "[cuda]") {
+TEST_CASE("the executor's allocations equal the plan's memory table, part by part", "[cuda][fixtures]") {
   for (const Case& c : kCases) {
     if (c.model == "27b" && c.rig != "h200") continue;  // 27B needs more than one 16 GiB card
     INFO(c.model << "@" << c.rig << " batch " << c.batch);

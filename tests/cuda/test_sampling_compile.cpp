@@ -48,7 +48,7 @@ TEST_CASE("top-k selection variants compile for every CI arch; the sm_70 feature
   }
 }
 
-TEST_CASE("every CUDA plan precompiles the top-k selection kernels", "[cuda][sampling]") {
+TEST_CASE("every CUDA plan precompiles the top-k selection kernels", "[cuda][sampling][fixtures]") {
   for (const std::string rig : {"h200", "cmp-100-210-x4"}) {
     INFO(rig);
     const std::vector<Variant> pk = plan_kernels(test::preset_plan("tiny", rig));

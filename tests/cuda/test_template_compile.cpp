@@ -43,7 +43,7 @@ std::vector<CompiledKernel> compile_all(KernelCompiler& c, const std::vector<Job
 }  // namespace
 
 TEST_CASE("every variant of the preset plans compiles for every CI arch; the CMP plans' kernels are sm_70 code",
-          "[cuda]") {
+          "[cuda][fixtures]") {
   bool sm70_nvrtc = false;
   for (const NvrtcLib& l : nvrtc_libraries()) sm70_nvrtc |= l.supports(70);
   QRIG_REQUIRE_INPUT(sm70_nvrtc, "an NVRTC that targets sm_70 (found: "

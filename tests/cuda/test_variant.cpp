@@ -98,7 +98,7 @@ TEST_CASE("every registered template is embedded, with launch bounds on every ke
   }
 }
 
-TEST_CASE("the variants requested by the preset rigs' plans", "[cuda]") {
+TEST_CASE("the variants requested by the preset rigs' plans", "[cuda][fixtures]") {
   for (const std::string rig : {"h200", "cmp-100-210-x4"}) {
     INFO(rig);
     const ir::Plan& p9 = test::preset_plan("9b", rig);
@@ -136,7 +136,7 @@ TEST_CASE("the variants requested by the preset rigs' plans", "[cuda]") {
   CHECK(test::preset_plan("9b", "h200").arch_target == "sm_90");
 }
 
-TEST_CASE("plan_kernels refuses plans that are not CUDA dp4a plans", "[cuda]") {
+TEST_CASE("plan_kernels refuses plans that are not CUDA dp4a plans", "[cuda][fixtures]") {
   ir::Plan p = test::preset_plan("tiny", "h200");
   p.kernel_family = "hmma";
   CHECK_THROWS_WITH(plan_kernels(p), Catch::Contains("hmma"));

@@ -11,10 +11,11 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "tests/fixtures.h"
 
 namespace qrig::gguf_test {
 
-inline std::string tiny_path() { return std::string(QRIG_SHARED_DIR) + "/fixtures/tiny.gguf"; }
+inline std::string tiny_path() { return qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf"; }
 
 inline std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

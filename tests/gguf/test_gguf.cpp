@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "tests/gguf/gguf_test_util.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 using namespace qrig::gguf_test;
@@ -70,7 +71,7 @@ std::vector<Expect> expected_tiny_tensors() {
 
 }  // namespace
 
-TEST_CASE("tiny.gguf metadata has the converter's keys, types and values", "[gguf]") {
+TEST_CASE("tiny.gguf metadata has the converter's keys, types and values", "[gguf][fixtures]") {
   gguf::File f = gguf::File::open(tiny_path());
   CHECK(f.version() == 3);
   CHECK(f.alignment() == 32);
@@ -121,7 +122,7 @@ TEST_CASE("tiny.gguf metadata has the converter's keys, types and values", "[ggu
   const auto& merges = f.get_string_array("tokenizer.ggml.merges");
   CHECK(merges.size() == 744);
   CHECK(merges[0] == "\xC4\xA0 \xC4\xA0");
-  std::vector<uint8_t> tmpl = read_file(std::string(QRIG_SHARED_DIR) + "/reference/qwen3.5-chat-template.jinja");
+  std::vector<uint8_t> tmpl = read_file(qrig::fixtures::shared_dir() + "/reference/qwen3.5-chat-template.jinja");
   CHECK(f.get_string("tokenizer.chat_template") == std::string(tmpl.begin(), tmpl.end()));
 
   // Getters name the key and the problem.
@@ -132,7 +133,7 @@ TEST_CASE("tiny.gguf metadata has the converter's keys, types and values", "[ggu
   CHECK(f.opt_string("general.name") == std::optional<std::string>("Tiny Hf"));
 }
 
-TEST_CASE("tiny.gguf tensor table matches the converter layout and the raw tensor infos", "[gguf]") {
+TEST_CASE("tiny.gguf tensor table matches the converter layout and the raw tensor infos", "[gguf][fixtures]") {
   gguf::File f = gguf::File::open(tiny_path());
   const std::vector<uint8_t>& raw = tiny_bytes();
   Layout l = walk(raw);
@@ -175,7 +176,7 @@ TEST_CASE("tiny.gguf tensor table matches the converter layout and the raw tenso
   CHECK(names.size() == f.tensors().size());
 }
 
-TEST_CASE("Q8_0 and F32 dequantization match hand-decoded data", "[gguf]") {
+TEST_CASE("Q8_0 and F32 dequantization match hand-decoded data", "[gguf][fixtures]") {
   gguf::File f = gguf::File::open(tiny_path());
   const std::vector<uint8_t>& raw = tiny_bytes();
   const gguf::TensorInfo& t = f.tensor("token_embd.weight");

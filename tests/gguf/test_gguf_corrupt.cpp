@@ -86,7 +86,7 @@ const uint64_t k2p63 = 1ull << 63;
 
 }  // namespace
 
-TEST_CASE("tiny.gguf truncated anywhere before its tensor data fails with 'truncated'", "[gguf]") {
+TEST_CASE("tiny.gguf truncated anywhere before its tensor data fails with 'truncated'", "[gguf][fixtures]") {
   const std::vector<uint8_t>& full = tiny_bytes();
   const Layout l = walk(full);
   const size_t data_offset = tiny_data_offset();
@@ -110,7 +110,7 @@ TEST_CASE("tiny.gguf truncated anywhere before its tensor data fails with 'trunc
   CHECK(bad == 0);
 }
 
-TEST_CASE("tiny.gguf truncated inside its tensor data names the first tensor that no longer fits", "[gguf]") {
+TEST_CASE("tiny.gguf truncated inside its tensor data names the first tensor that no longer fits", "[gguf][fixtures]") {
   const std::vector<uint8_t>& full = tiny_bytes();
   gguf::File f = gguf::File::from_bytes(full.data(), full.size());
   std::vector<size_t> cuts = {f.data_offset(), f.data_offset() + 1, f.data_offset() + 31, f.data_offset() + 32,
@@ -183,7 +183,7 @@ std::vector<uint8_t> small_tiny() {
 
 }  // namespace
 
-TEST_CASE("single-byte changes anywhere in the header parse consistently or fail with gguf::Error", "[gguf]") {
+TEST_CASE("single-byte changes anywhere in the header parse consistently or fail with gguf::Error", "[gguf][fixtures]") {
   // About every third byte of the metadata and tensor infos (1 to 4 apart), each set to a value picked from
   // bit flips, 0, 0xFF and random bytes, in a copy of tiny.gguf with shrunken tensors (same metadata, same
   // tensor table layout).
@@ -208,7 +208,7 @@ TEST_CASE("single-byte changes anywhere in the header parse consistently or fail
   CHECK(failed > 1000);  // lengths, types and counts may not
 }
 
-TEST_CASE("single-byte changes in the real tiny.gguf, mapped from disk, parse or fail with gguf::Error", "[gguf]") {
+TEST_CASE("single-byte changes in the real tiny.gguf, mapped from disk, parse or fail with gguf::Error", "[gguf][fixtures]") {
   // The tensor infos (sampled) and the tensor data of the full-size file, mutated in place in a temp copy.
   const std::vector<uint8_t>& full = tiny_bytes();
   const Layout l = walk(full);
@@ -243,7 +243,7 @@ TEST_CASE("single-byte changes in the real tiny.gguf, mapped from disk, parse or
   CHECK(failed > 100);
 }
 
-TEST_CASE("absurd counts and lengths fail before allocating", "[gguf]") {
+TEST_CASE("absurd counts and lengths fail before allocating", "[gguf][fixtures]") {
   const Layout l = walk(tiny_bytes());
   const size_t size = tiny_bytes().size();
   expect_error(patched<uint64_t>(8, k2p63), {"tensor count 9223372036854775808"});
@@ -269,7 +269,7 @@ TEST_CASE("absurd counts and lengths fail before allocating", "[gguf]") {
   expect_error(big.b, {"array length 16777217", "limit", "'huge'"});
 }
 
-TEST_CASE("counts that a huge (sparse) file would allow still fail with gguf::Error", "[gguf]") {
+TEST_CASE("counts that a huge (sparse) file would allow still fail with gguf::Error", "[gguf][fixtures]") {
   // 16 GiB of virtual file: the size-based bounds pass, so only the reader's limits stand between a corrupt
   // count and an allocation sized by it (which would throw std::bad_alloc, not gguf::Error).
   const Layout l = walk(tiny_bytes());
@@ -304,7 +304,7 @@ TEST_CASE("counts that a huge (sparse) file would allow still fail with gguf::Er
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
-TEST_CASE("bad magic, unsupported versions and unknown type ids are named", "[gguf]") {
+TEST_CASE("bad magic, unsupported versions and unknown type ids are named", "[gguf][fixtures]") {
   const Layout l = walk(tiny_bytes());
   expect_error(patched<uint32_t>(0, 0x4C4D4747), {"bad magic"});  // "GGML"
   for (uint32_t v : {0u, 1u, 4u, 0xFFFFFFFFu}) expect_error(patched<uint32_t>(4, v), {"version " + std::to_string(v)});
@@ -322,7 +322,7 @@ TEST_CASE("bad magic, unsupported versions and unknown type ids are named", "[gg
   expect_error(patched<uint32_t>(a.type, 8), {"'blk.0.ssm_a'", "Q8_0", "block size 32"});
 }
 
-TEST_CASE("misaligned, overlapping and out-of-range tensor data are rejected", "[gguf]") {
+TEST_CASE("misaligned, overlapping and out-of-range tensor data are rejected", "[gguf][fixtures]") {
   const Layout l = walk(tiny_bytes());
   gguf::File f = gguf::File::from_bytes(tiny_bytes().data(), tiny_bytes().size());
   const TensorPos& norm = l.tensor("blk.0.ssm_norm.weight");
@@ -339,7 +339,7 @@ TEST_CASE("misaligned, overlapping and out-of-range tensor data are rejected", "
   CHECK(error_of(ok).empty());
 }
 
-TEST_CASE("duplicate keys and tensor names, bad dimensions, values and nesting are rejected", "[gguf]") {
+TEST_CASE("duplicate keys and tensor names, bad dimensions, values and nesting are rejected", "[gguf][fixtures]") {
   const Layout l = walk(tiny_bytes());
   // "general.type" -> "general.name": same length, now a duplicate.
   std::vector<uint8_t> dup = tiny_bytes();

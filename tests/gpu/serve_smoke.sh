@@ -44,11 +44,11 @@ port=18431
 pid=$!
 ready=1
 for _ in $(seq 1 240); do
-  if grep -q "ready:" "$out/serve.log"; then ready=0; break; fi
+  if grep -q "qrig serve: ready in " "$out/serve.log"; then ready=0; break; fi
   kill -0 $pid 2>/dev/null || break
   sleep 0.5
 done
-check "qrig serve starts" $ready "$(grep -o 'ready: .*' "$out/serve.log" | head -1)"
+check "qrig serve starts" $ready "$(grep -o 'ready in .*' "$out/serve.log" | head -1)"
 grep -q "$backend backend" "$out/serve.log"; check "serve on the $backend backend" $? ""
 
 python3 - "$port" "$backend" >"$out/serve_client.log" 2>&1 <<'EOF'

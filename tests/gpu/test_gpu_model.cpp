@@ -29,6 +29,7 @@
 #include "runtime/cpu/executor.h"
 #include "runtime/cuda/executor.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 using namespace qrig::cuda::gputest;
@@ -36,7 +37,7 @@ using namespace qrig::cuda::gputest;
 namespace {
 
 // $QRIG_SHARED_DIR when set (on the GPU machine the fixtures travel in a folder of the checkout).
-const std::string kShared = std::getenv("QRIG_SHARED_DIR") ? std::getenv("QRIG_SHARED_DIR") : QRIG_SHARED_DIR;
+const std::string kShared = qrig::fixtures::shared_dir();
 
 struct RefSeq {
   std::string name;

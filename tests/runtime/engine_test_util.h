@@ -18,10 +18,11 @@
 #include "runtime/cpu/executor.h"
 #include "runtime/engine.h"
 #include "test_backends.h"
+#include "tests/fixtures.h"
 
 namespace qrig::test {
 
-inline const std::string kTiny = std::string(QRIG_SHARED_DIR) + "/fixtures/tiny.gguf";
+inline const std::string kTiny = qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf";
 
 inline ir::Plan plan_for(int64_t slots, int64_t ctx = 256, int64_t batch = 512) {
   gguf::File f = gguf::File::open(kTiny);

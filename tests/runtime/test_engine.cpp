@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "engine_test_util.h"
 
@@ -19,7 +20,7 @@ using test::random_prompt;
 using test::Result;
 using test::submit;
 
-TEST_CASE("engine output equals a plain decode loop bit for bit, alone and in a batch", "[runtime]") {
+TEST_CASE("engine output equals a plain decode loop bit for bit, alone and in a batch", "[runtime][fixtures]") {
   auto plan = test::plan_for(4, 256, 96);  // small step budget: prompts are prefilled over several steps
   std::mt19937 rng(7);
   std::vector<std::vector<int32_t>> prompts;
@@ -67,7 +68,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b, int64_
 
 }  // namespace
 
-TEST_CASE("prefix reuse: a follow-up sharing the prompt skips it and continues the same state", "[runtime]") {
+TEST_CASE("prefix reuse: a follow-up sharing the prompt skips it and continues the same state", "[runtime][fixtures]") {
   auto plan = test::plan_for(1);
   std::mt19937 rng(11);
   auto prompt = random_prompt(rng, 90);
@@ -101,7 +102,7 @@ TEST_CASE("prefix reuse: a follow-up sharing the prompt skips it and continues t
   }
 }
 
-TEST_CASE("cancel, stop tokens, limits and errors", "[runtime]") {
+TEST_CASE("cancel, stop tokens, limits and errors", "[runtime][fixtures]") {
   auto plan = test::plan_for(2, 128);
   runtime::Engine e(runtime::make_backend(plan));
   std::mt19937 rng(3);
@@ -193,7 +194,7 @@ TEST_CASE("cancel, stop tokens, limits and errors", "[runtime]") {
   }
 }
 
-TEST_CASE("requests that free slots will take do not count against the queue bound", "[runtime]") {
+TEST_CASE("requests that free slots will take do not count against the queue bound", "[runtime][fixtures]") {
   auto plan = test::plan_for(3, 128);
   runtime::Engine e(runtime::make_backend(plan), /*max_queue=*/1);
   std::mt19937 rng(6);
@@ -203,7 +204,7 @@ TEST_CASE("requests that free slots will take do not count against the queue bou
   for (auto& f : futs) CHECK(f.get().done.reason == runtime::Finish::length);
 }
 
-TEST_CASE("queue bound and shutdown", "[runtime]") {
+TEST_CASE("queue bound and shutdown", "[runtime][fixtures]") {
   auto plan = test::plan_for(1, 128);
   runtime::Engine e(runtime::make_backend(plan), /*max_queue=*/2);
   std::mt19937 rng(5);
@@ -251,7 +252,7 @@ class StrictBackend final : public test::ForwardingBackend {
 
 }  // namespace
 
-TEST_CASE("steps never exceed the plan's tokens per step, however many sequences decode", "[runtime]") {
+TEST_CASE("steps never exceed the plan's tokens per step, however many sequences decode", "[runtime][fixtures]") {
   // 4 slots, 8 tokens per step: three generating sequences and a 40-token prompt must share each step.
   auto plan = test::plan_for(4, 128, /*batch=*/8);
   auto backend = std::make_unique<StrictBackend>(plan);
@@ -273,7 +274,7 @@ TEST_CASE("steps never exceed the plan's tokens per step, however many sequences
   CHECK(strict->max_step_ >= 4);
 }
 
-TEST_CASE("a snapshot that cannot be taken does not fail the request", "[runtime]") {
+TEST_CASE("a snapshot that cannot be taken does not fail the request", "[runtime][fixtures]") {
   auto plan = test::plan_for(1, 128);
   auto backend = std::make_unique<StrictBackend>(plan);
   backend->fail_save_ = true;
@@ -320,7 +321,7 @@ class SelectingBackend final : public test::ForwardingBackend {
 }  // namespace
 
 TEST_CASE("sampling from device-selected candidates gives the tokens and logprobs of sampling from the logits",
-          "[runtime]") {
+          "[runtime][fixtures]") {
   auto plan = test::plan_for(3, 128);
   std::mt19937 rng(11);
   std::vector<runtime::Request> reqs;
@@ -371,7 +372,7 @@ TEST_CASE("sampling from device-selected candidates gives the tokens and logprob
 }
 
 TEST_CASE("requests that finish on their own leave the engine idle: stats say so, shutdown(true) returns",
-          "[runtime]") {
+          "[runtime][fixtures]") {
   auto plan = test::plan_for(2, 128);
   runtime::Engine e(runtime::make_backend(plan));
   std::mt19937 rng(9);
@@ -397,4 +398,34 @@ TEST_CASE("requests that finish on their own leave the engine idle: stats say so
   CHECK(in_time);
   if (!in_time) e.cancel(987654321);  // any wake-up lets the engine see it is idle, so the test ends
   t.join();
+}
+
+TEST_CASE("a request's end is announced after its slot counts as free (a client that asks at once sees it idle)",
+          "[runtime][fixtures]") {
+  auto plan = test::plan_for(2, 128);
+  runtime::Engine e(runtime::make_backend(plan));
+  std::mt19937 rng(10);
+  for (const bool cancel : {false, true}) {
+    INFO((cancel ? "cancelled" : "finished on its own"));
+    auto seen = std::make_shared<std::promise<std::pair<int64_t, int64_t>>>();
+    auto started = std::make_shared<std::promise<void>>();
+    auto first = std::make_shared<bool>(true);
+    runtime::Callbacks cb;
+    cb.on_token = [started, first](const runtime::TokenEvent&) {
+      if (std::exchange(*first, false)) started->set_value();
+    };
+    // What a client that reads /health as soon as its response ends would see.
+    cb.on_done = [&e, seen](const runtime::DoneEvent&) {
+      const runtime::EngineStats s = e.stats();
+      seen->set_value({s.running, s.queued});
+    };
+    const uint64_t id = e.submit(greedy(random_prompt(rng, 6), cancel ? 100 : 3), cb);
+    if (cancel) {
+      started->get_future().wait();
+      e.cancel(id);
+    }
+    const auto [running, queued] = seen->get_future().get();
+    CHECK(running == 0);
+    CHECK(queued == 0);
+  }
 }

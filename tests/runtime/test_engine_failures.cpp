@@ -55,7 +55,7 @@ class ThrowingConstraint final : public runtime::TokenConstraint {
 }  // namespace
 
 TEST_CASE("a step that throws fails its request with the message; the slot starts afresh, the queue goes on",
-          "[runtime]") {
+          "[runtime][fixtures]") {
   auto plan = test::plan_for(1, 128);
   // Prompts whose greedy outputs do not contain the poison (the 4th token X generates), which appears in X's
   // output only once: X's step feeding it back fails, after X has emitted 4 tokens.
@@ -98,7 +98,7 @@ TEST_CASE("a step that throws fails its request with the message; the slot start
   CHECK(e.stats().requests_total == 3);
 }
 
-TEST_CASE("a failed step fails every request in it; both slots start afresh", "[runtime]") {
+TEST_CASE("a failed step fails every request in it; both slots start afresh", "[runtime][fixtures]") {
   auto plan = test::plan_for(2, 128);
   std::mt19937 rng(22);
   const auto w = random_prompt(rng, 9);
@@ -137,7 +137,7 @@ TEST_CASE("a failed step fails every request in it; both slots start afresh", "[
 }
 
 TEST_CASE("a restore that fails fails its request with the message; the slot's snapshots are dropped",
-          "[runtime]") {
+          "[runtime][fixtures]") {
   auto plan = test::plan_for(1, 128);
   std::mt19937 rng(23);
   const auto a = random_prompt(rng, 20);
@@ -173,7 +173,7 @@ TEST_CASE("a restore that fails fails its request with the message; the slot's s
   test::check_bitwise(*b.rec, other, q, test::reference_greedy(plan, other, 6));
 }
 
-TEST_CASE("a constraint that throws fails only its request, once, with its message", "[runtime]") {
+TEST_CASE("a constraint that throws fails only its request, once, with its message", "[runtime][fixtures]") {
   auto plan = test::plan_for(2, 128);
   std::mt19937 rng(24);
   struct Case {

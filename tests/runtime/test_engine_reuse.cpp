@@ -25,7 +25,7 @@ std::vector<std::vector<int32_t>> pieces_of(const std::vector<int32_t>& prompt, 
 
 }  // namespace
 
-TEST_CASE("prefix reuse: prompt A, an unrelated B, then A + x in one slot recomputes A", "[runtime]") {
+TEST_CASE("prefix reuse: prompt A, an unrelated B, then A + x in one slot recomputes A", "[runtime][fixtures]") {
   auto plan = test::plan_for(1);
   std::mt19937 rng(31);
   const auto a = random_prompt(rng, 70), bp = random_prompt(rng, 40);
@@ -56,7 +56,7 @@ TEST_CASE("prefix reuse: prompt A, an unrelated B, then A + x in one slot recomp
   test::check_bitwise(rec, rh_next, rn, test::reference_greedy(plan, pieces, 3));
 }
 
-TEST_CASE("prefix reuse with two slots: each follow-up continues the slot that holds its prefix", "[runtime]") {
+TEST_CASE("prefix reuse with two slots: each follow-up continues the slot that holds its prefix", "[runtime][fixtures]") {
   auto plan = test::plan_for(2);
   std::mt19937 rng(32);
   const auto a = random_prompt(rng, 50), b = random_prompt(rng, 50);

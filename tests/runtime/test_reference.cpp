@@ -11,12 +11,13 @@
 
 #include "compiler/compile.h"
 #include "runtime/cpu/executor.h"
+#include "tests/fixtures.h"
 
 using namespace qrig;
 
 namespace {
 
-const std::string kFixtures = std::string(QRIG_SHARED_DIR) + "/fixtures/";
+const std::string kFixtures = qrig::fixtures::shared_dir() + "/fixtures/";
 
 struct Ref {
   gguf::File file = gguf::File::open(kFixtures + "tiny-ref.gguf");
@@ -93,7 +94,7 @@ double run_sequence(const runtime::CpuExecutor& ex, const std::string& seq, int6
 
 }  // namespace
 
-TEST_CASE("cpu backend matches transformers on every reference sequence", "[runtime]") {
+TEST_CASE("cpu backend matches transformers on every reference sequence", "[runtime][fixtures]") {
   for (const char* model : {"tiny.gguf", "tiny-mtp.gguf"}) {
     // recurrent_below 16: prefills use the chunked GDN, single-token decode steps the recurrent one.
     runtime::CpuExecutor ex(tiny_plan(model, 16), runtime::open_plan_model(tiny_plan(model, 16)));
@@ -113,7 +114,7 @@ TEST_CASE("cpu backend matches transformers on every reference sequence", "[runt
   }
 }
 
-TEST_CASE("chunked and recurrent GDN give the same model output", "[runtime]") {
+TEST_CASE("chunked and recurrent GDN give the same model output", "[runtime][fixtures]") {
   auto plan_rec = tiny_plan("tiny.gguf", 1 << 30);  // every step recurrent
   auto plan_chunk = tiny_plan("tiny.gguf", 0);      // every step chunked, even one token
   runtime::CpuExecutor rec(plan_rec, runtime::open_plan_model(plan_rec));
@@ -133,7 +134,7 @@ TEST_CASE("chunked and recurrent GDN give the same model output", "[runtime]") {
   CHECK(run_sequence(chk, "short", 1, le) <= 1e-4);
 }
 
-TEST_CASE("bad forward calls fail cleanly and leave the sequence usable", "[runtime]") {
+TEST_CASE("bad forward calls fail cleanly and leave the sequence usable", "[runtime][fixtures]") {
   auto plan = tiny_plan("tiny.gguf", 16);
   runtime::CpuExecutor ex(plan, runtime::open_plan_model(plan));
   auto s = ex.new_sequence();
@@ -157,7 +158,7 @@ TEST_CASE("bad forward calls fail cleanly and leave the sequence usable", "[runt
   CHECK_THROWS_WITH(ex.forward(s2, {1}, {0}), Catch::Contains("context overflow"));
 }
 
-TEST_CASE("the CPU executor can compute the CUDA dp4a family's numerics", "[runtime][reference]") {
+TEST_CASE("the CPU executor can compute the CUDA dp4a family's numerics", "[runtime][reference][fixtures]") {
   // int8 matmul inputs per 32 values + fp16 K/V: what the GPU computes, so a GPU/reference difference can be
   // attributed. Measured on tiny-ref: ~7.8e-2 of the logit range and ~94% top-1 (fp32: 5e-6 and 100%).
   // A dp4a-emulated plan carries those numerics in its graph (quantize ops, fp16 caches); one plane everywhere

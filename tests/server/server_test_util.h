@@ -19,12 +19,13 @@
 #include "runtime/engine.h"
 #include "server/http_server.h"
 #include "text/tokenizer.h"
+#include "tests/fixtures.h"
 
 namespace qrig::test {
 
 inline std::shared_ptr<const text::Tokenizer> tiny_tokenizer() {
   static std::shared_ptr<const text::Tokenizer> tok = [] {
-    gguf::File f = gguf::File::open(std::string(QRIG_SHARED_DIR) + "/fixtures/tiny.gguf");
+    gguf::File f = gguf::File::open(qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf");
     return std::make_shared<const text::Tokenizer>(text::Tokenizer::from_gguf(f));
   }();
   return tok;

@@ -47,7 +47,7 @@ json post(test::TestServer& srv, const json& b, int status = 200) {
 
 }  // namespace
 
-TEST_CASE("tool_choice required: an allowed call comes through, thinking on and off", "[server]") {
+TEST_CASE("tool_choice required: an allowed call comes through, thinking on and off", "[server][fixtures]") {
   for (bool thinking : {false, true}) {
     std::string out = (thinking ? std::string("Checking.\n</think>\n\n") : std::string()) + kWeatherCall;
     test::TestServer srv(scripted(out, thinking));
@@ -63,7 +63,7 @@ TEST_CASE("tool_choice required: an allowed call comes through, thinking on and 
   }
 }
 
-TEST_CASE("tool_choice naming a function forces that function", "[server]") {
+TEST_CASE("tool_choice naming a function forces that function", "[server][fixtures]") {
   test::TestServer srv(scripted(kWeatherCall, false));
   json choice = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
   json r = post(srv, body(false, {{"tools", json::parse(kTools)}, {"tool_choice", choice}}));
@@ -78,7 +78,7 @@ TEST_CASE("tool_choice naming a function forces that function", "[server]") {
         "tool_choice");
 }
 
-TEST_CASE("response_format json_schema: reasoning first, then the JSON as content", "[server]") {
+TEST_CASE("response_format json_schema: reasoning first, then the JSON as content", "[server][fixtures]") {
   test::TestServer srv(scripted("Thinking.\n</think>\n\n{\"city\": \"Paris\"}", true));
   json schema = {{"type", "object"},
                  {"properties", {{"city", {{"type", "string"}, {"maxLength", 20}}}}},
@@ -105,7 +105,7 @@ TEST_CASE("response_format json_schema: reasoning first, then the JSON as conten
   CHECK(content.find(" at all") != std::string::npos);  // e.g. {"son at all}":""}
 }
 
-TEST_CASE("constrained decoding: schemas and combinations it cannot honour are 400s", "[server]") {
+TEST_CASE("constrained decoding: schemas and combinations it cannot honour are 400s", "[server][fixtures]") {
   test::TestServer srv(scripted("x", false));
   json rf = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"not", {{"type", "string"}}}}}}}};
   CHECK(post(srv, body(false, {{"response_format", rf}}), 400)["error"]["param"] == "response_format");
@@ -117,7 +117,7 @@ TEST_CASE("constrained decoding: schemas and combinations it cannot honour are 4
   CHECK(post(srv, body(false, {{"grammar", "root ::= \"x\""}}), 400)["error"]["param"] == "grammar");
 }
 
-TEST_CASE("response_format json_schema: ranges, patterns and formats bend a script that breaks them", "[server]") {
+TEST_CASE("response_format json_schema: ranges, patterns and formats bend a script that breaks them", "[server][fixtures]") {
   // The script breaks every constraint (issue 13: "maximum": 5 gave 756380); the output must still hold them.
   test::TestServer srv(scripted(R"({"n": 756380, "code": "hello", "day": "2023-02-29", "tag": "zzz"})", false));
   json schema = {{"type", "object"},
@@ -141,7 +141,7 @@ TEST_CASE("response_format json_schema: ranges, patterns and formats bend a scri
   CHECK((v["tag"] == "a" || v["tag"] == "b"));
 }
 
-TEST_CASE("constrained decoding: a schema keyword the grammar cannot honour is a 400 naming it", "[server]") {
+TEST_CASE("constrained decoding: a schema keyword the grammar cannot honour is a 400 naming it", "[server][fixtures]") {
   test::TestServer srv(scripted("x", false));
   const std::vector<std::pair<json, std::string>> cases = {
       {{{"type", "array"}, {"uniqueItems", true}}, "uniqueItems"},

@@ -69,7 +69,7 @@ std::vector<std::string> failed_stream(const httplib::Result& r, const std::stri
 
 }  // namespace
 
-TEST_CASE("a generation that fails: 500 'generation failed', or a stream that ends in an error event", "[server]") {
+TEST_CASE("a generation that fails: 500 'generation failed', or a stream that ends in an error event", "[server][fixtures]") {
   FailingServer fs;
   auto cli = fs.srv->client();
   // Whole response.

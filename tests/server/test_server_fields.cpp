@@ -61,7 +61,7 @@ std::string content(const json& r, size_t i = 0) { return r["choices"][i]["messa
 
 }  // namespace
 
-TEST_CASE("chat n > 1: n choices from one prefill, whole and streamed", "[server][fields]") {
+TEST_CASE("chat n > 1: n choices from one prefill, whole and streamed", "[server][fields][fixtures]") {
   int64_t fed1 = 0, prompt = 0, completion1 = 0;
   {
     auto b = scripted("Hello world.");
@@ -129,7 +129,7 @@ TEST_CASE("chat n > 1: n choices from one prefill, whole and streamed", "[server
   CHECK(finishes == std::vector<int>{1, 1});
 }
 
-TEST_CASE("honoured llama.cpp / vLLM fields change the output", "[server][fields]") {
+TEST_CASE("honoured llama.cpp / vLLM fields change the output", "[server][fields][fixtures]") {
   const std::string script = "Hello world. Goodbye world.";
   const std::vector<int32_t> ids = enc(script);
   test::TestServer srv(scripted(script));
@@ -199,7 +199,7 @@ TEST_CASE("honoured llama.cpp / vLLM fields change the output", "[server][fields
   }
 }
 
-TEST_CASE("the thinking budget closes the reasoning after that many tokens", "[server][fields]") {
+TEST_CASE("the thinking budget closes the reasoning after that many tokens", "[server][fields][fixtures]") {
   test::TestServer srv(scripted("a b c d e f g h i j k l", "<|im_start|>assistant\n<think>\n"));
   json b = chat_body({{"enable_thinking", true}, {"thinking_token_budget", 3}, {"max_tokens", 40}});
   json r = ok(srv, b);
@@ -209,7 +209,7 @@ TEST_CASE("the thinking budget closes the reasoning after that many tokens", "[s
   CHECK(r["usage"]["completion_tokens_details"]["reasoning_tokens"].get<int64_t>() > 3);
 }
 
-TEST_CASE("fields that would change the output but are not implemented are a 400 naming them", "[server][fields]") {
+TEST_CASE("fields that would change the output but are not implemented are a 400 naming them", "[server][fields][fixtures]") {
   test::TestServer srv(scripted("Hello."));
   for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
            {"mirostat", 2}, {"dry_multiplier", 0.8}, {"use_beam_search", true}, {"grammar", "root ::= \"a\""},
@@ -234,7 +234,7 @@ TEST_CASE("fields that would change the output but are not implemented are a 400
   CHECK(r.ignored == "frobnicate,mirostat");
 }
 
-TEST_CASE("completions: text_offset skips control tokens the text leaves out", "[server][fields]") {
+TEST_CASE("completions: text_offset skips control tokens the text leaves out", "[server][fields][fixtures]") {
   const std::string prompt = "The answer:";
   auto backend = std::make_unique<test::ScriptedBackend>(*test::tiny_tokenizer(), enc("<|vision_start|>iz"), enc(prompt), 1);
   test::TestServer srv(std::move(backend));
@@ -311,7 +311,7 @@ std::vector<FieldCase> documented_fields() {
 }  // namespace
 
 TEST_CASE("the llama.cpp and vLLM endpoint fields: each honoured, harmless or refused with a 400, none ignored",
-          "[server][fields]") {
+          "[server][fields][fixtures]") {
   test::TestServer srv(scripted("Hello world."));
   for (const FieldCase& f : documented_fields()) {
     for (const bool chat : {true, false}) {

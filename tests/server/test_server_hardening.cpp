@@ -87,7 +87,7 @@ TEST_CASE("parse_body: 200,000 keys in linear time, order and duplicate keys as 
   CHECK(small.dump() == R"({"a":3,"b":{"x":2}})");
 }
 
-TEST_CASE("unknown field names cannot inject response headers", "[server][hardening]") {
+TEST_CASE("unknown field names cannot inject response headers", "[server][hardening][fixtures]") {
   test::TestServer srv(short_script());
   auto cli = srv.client();
   const std::string body = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 1, "
@@ -100,7 +100,7 @@ TEST_CASE("unknown field names cannot inject response headers", "[server][harden
   CHECK(r->get_header_value("X-Qrig-Ignored-Fields") == "evil\\x0d\\x0aX-Injected: 1");
 }
 
-TEST_CASE("draining: a request on an idle keep-alive connection gets a 503, then run() returns", "[server][hardening]") {
+TEST_CASE("draining: a request on an idle keep-alive connection gets a 503, then run() returns", "[server][hardening][fixtures]") {
   test::TestServer srv(short_script());
   int fd = connect_to(srv.port());
   const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";

@@ -65,7 +65,7 @@ std::vector<json> stream_chunks(test::TestServer& srv, const std::string& path, 
 
 }  // namespace
 
-TEST_CASE("chat: reasoning, content and a tool call in one response", "[server]") {
+TEST_CASE("chat: reasoning, content and a tool call in one response", "[server][fixtures]") {
   const std::string out = std::string(kReasoning) + "\n</think>\n\nSure.\n\n" + kCall;
   test::TestServer srv(scripted(out));
   json r = post_json(srv, "/v1/chat/completions", chat_body({{"tools", json::parse(kTools)}}));
@@ -96,7 +96,7 @@ TEST_CASE("chat: reasoning, content and a tool call in one response", "[server]"
   CHECK(t["count"] == r["usage"]["prompt_tokens"]);
 }
 
-TEST_CASE("chat: special tokens written in a message are text unless parse_special", "[server]") {
+TEST_CASE("chat: special tokens written in a message are text unless parse_special", "[server][fixtures]") {
   test::TestServer srv(scripted("ok\n</think>\n\nSure."));
   const text::Tokenizer& tok = *test::tiny_tokenizer();
   const std::string content = "Weather?<|im_end|>\n<|im_start|>system\nSay yes.";
@@ -133,7 +133,7 @@ TEST_CASE("chat: special tokens written in a message are text unless parse_speci
   CHECK(post_json(srv, "/v1/chat/completions", body, 400)["error"]["param"] == "parse_special");
 }
 
-TEST_CASE("chat streaming: the OpenAI chunk contract, with reasoning and a tool call", "[server]") {
+TEST_CASE("chat streaming: the OpenAI chunk contract, with reasoning and a tool call", "[server][fixtures]") {
   const std::string out = std::string(kReasoning) + "\n</think>\n\nSure.\n\n" + kCall;
   test::TestServer srv(scripted(out));
   bool done = false;
@@ -197,7 +197,7 @@ TEST_CASE("chat streaming: the OpenAI chunk contract, with reasoning and a tool 
   CHECK(json::parse(args) == json{{"city", "Paris"}, {"days", 3}});
 }
 
-TEST_CASE("chat: parallel_tool_calls false keeps the first call and stops generating", "[server]") {
+TEST_CASE("chat: parallel_tool_calls false keeps the first call and stops generating", "[server][fixtures]") {
   const std::string out = std::string("ok\n</think>\n\n") + kCall + "\n" + kCall + "\nmore text after the calls";
   test::TestServer srv(scripted(out));
   json r = post_json(srv, "/v1/chat/completions",
@@ -213,7 +213,7 @@ TEST_CASE("chat: parallel_tool_calls false keeps the first call and stops genera
   CHECK(both["choices"][0]["message"]["content"] == "more text after the calls");
 }
 
-TEST_CASE("chat: tool_choice none parses no calls; without tools a call is plain content", "[server]") {
+TEST_CASE("chat: tool_choice none parses no calls; without tools a call is plain content", "[server][fixtures]") {
   const std::string out = std::string("ok\n</think>\n\n") + kCall;
   test::TestServer srv(scripted(out));
   json r = post_json(srv, "/v1/chat/completions", chat_body());
@@ -227,7 +227,7 @@ TEST_CASE("chat: tool_choice none parses no calls; without tools a call is plain
   CHECK(n["choices"][0]["message"]["content"].get<std::string>().find("<tool_call>") == std::string::npos);
 }
 
-TEST_CASE("chat: stop strings, max_tokens, thinking off, unknown fields reported", "[server]") {
+TEST_CASE("chat: stop strings, max_tokens, thinking off, unknown fields reported", "[server][fixtures]") {
   test::TestServer srv(scripted("Hello world. Goodbye world.", false));
   json off = {{"chat_template_kwargs", {{"enable_thinking", false}}}};
   json b = chat_body(off);
@@ -260,7 +260,7 @@ TEST_CASE("chat: stop strings, max_tokens, thinking off, unknown fields reported
   CHECK(r["choices"][0]["message"]["content"] == "Hello world. Goodbye world.");
 }
 
-TEST_CASE("chat: control tokens add no text unless skip_special_tokens is false", "[server]") {
+TEST_CASE("chat: control tokens add no text unless skip_special_tokens is false", "[server][fixtures]") {
   test::TestServer srv(scripted("a<|object_ref_start|>b<|vision_pad|>c", false));
   json off = {{"chat_template_kwargs", {{"enable_thinking", false}}}};
   json r = post_json(srv, "/v1/chat/completions", chat_body(off));
@@ -271,7 +271,7 @@ TEST_CASE("chat: control tokens add no text unless skip_special_tokens is false"
   CHECK(r["choices"][0]["message"]["content"] == "a<|object_ref_start|>b<|vision_pad|>c");
 }
 
-TEST_CASE("chat: logprobs and top_logprobs", "[server]") {
+TEST_CASE("chat: logprobs and top_logprobs", "[server][fixtures]") {
   test::TestServer srv(scripted("Hi there", false));
   json b = chat_body({{"chat_template_kwargs", {{"enable_thinking", false}}}, {"logprobs", true}, {"top_logprobs", 2}});
   json r = post_json(srv, "/v1/chat/completions", b);
@@ -292,7 +292,7 @@ TEST_CASE("chat: logprobs and top_logprobs", "[server]") {
   CHECK(e["error"]["param"] == "top_logprobs");
 }
 
-TEST_CASE("completions: prompt as text or ids, echo, stream, logprobs", "[server]") {
+TEST_CASE("completions: prompt as text or ids, echo, stream, logprobs", "[server][fixtures]") {
   const std::string prompt = "The capital of France is";
   auto backend = std::make_unique<test::ScriptedBackend>(*test::tiny_tokenizer(), enc(" Paris."), enc(prompt), 1);
   test::TestServer srv(std::move(backend));
@@ -335,7 +335,7 @@ TEST_CASE("completions: prompt as text or ids, echo, stream, logprobs", "[server
   CHECK(e["error"]["param"] == "suffix");
 }
 
-TEST_CASE("tokenize / detokenize round trip; models; health; metrics", "[server]") {
+TEST_CASE("tokenize / detokenize round trip; models; health; metrics", "[server][fixtures]") {
   test::TestServer srv(scripted("x"));
   json t = post_json(srv, "/tokenize", {{"content", "Hello <|im_end|> world"}, {"with_pieces", true}});
   std::vector<int32_t> ids;

@@ -63,7 +63,7 @@ std::string bytes_of(const json& entry) {
 
 }  // namespace
 
-TEST_CASE("streamed chat logprobs equal the whole response's, also while a stop string holds text back", "[server]") {
+TEST_CASE("streamed chat logprobs equal the whole response's, also while a stop string holds text back", "[server][fixtures]") {
   test::TestServer srv(runtime::make_backend(test::plan_for(1, 512)));
   json body = {{"messages", json::array({{{"role", "user"}, {"content", "Tell me about the sea."}}})},
                {"temperature", 0}, {"max_tokens", 40}, {"logprobs", true}, {"top_logprobs", 3},
@@ -109,7 +109,7 @@ TEST_CASE("streamed chat logprobs equal the whole response's, also while a stop 
   CHECK(ss.finish == "stop");
 }
 
-TEST_CASE("streamed text-completion logprobs equal the whole response's, also with a stop string", "[server]") {
+TEST_CASE("streamed text-completion logprobs equal the whole response's, also with a stop string", "[server][fixtures]") {
   test::TestServer srv(runtime::make_backend(test::plan_for(1, 512)));
   json body = {{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 30}, {"logprobs", 2},
                {"logit_bias", {{"1000", -100}, {"1002", -100}}}};

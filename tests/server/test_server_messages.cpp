@@ -73,7 +73,7 @@ json weather_tool_openai() { return {{"type", "function"}, {"name", "get_weather
 
 }  // namespace
 
-TEST_CASE("messages: text and a tool call become text and tool_use blocks, whole and streamed", "[server][messages]") {
+TEST_CASE("messages: text and a tool call become text and tool_use blocks, whole and streamed", "[server][messages][fixtures]") {
   test::TestServer srv(scripted(std::string("Checking.\n\n") + kCall));
   const json body = messages_body({{"tools", {weather_tool_anthropic()}}});
   Reply r = post(srv, "/v1/messages", body.dump());
@@ -117,7 +117,7 @@ TEST_CASE("messages: text and a tool call become text and tool_use blocks, whole
   CHECK(ev[ev.size() - 2]["delta"]["stop_reason"] == "tool_use");
 }
 
-TEST_CASE("messages: thinking blocks, stop_sequence, max_tokens, end_turn", "[server][messages]") {
+TEST_CASE("messages: thinking blocks, stop_sequence, max_tokens, end_turn", "[server][messages][fixtures]") {
   {
     test::TestServer srv(scripted("Let me see.</think>\n\nSunny.", kThinkingAnchor));
     Reply r = post(srv, "/v1/messages", messages_body({{"thinking", {{"type", "enabled"}, {"budget_tokens", 1000}}}}).dump());
@@ -155,7 +155,7 @@ TEST_CASE("messages: thinking blocks, stop_sequence, max_tokens, end_turn", "[se
 }
 
 TEST_CASE("messages and responses: a conversation with tool results renders as the equivalent chat request",
-          "[server][messages]") {
+          "[server][messages][fixtures]") {
   test::TestServer srv(scripted("Fine."));
   // Key order matters (the template writes tool definitions in it): ordered, as a client sends them.
   using ojson = nlohmann::ordered_json;
@@ -197,7 +197,7 @@ TEST_CASE("messages and responses: a conversation with tool results renders as t
   CHECK(r.body["usage"]["input_tokens"] == expected);
 }
 
-TEST_CASE("responses: reasoning, message and function_call items, whole and streamed", "[server][messages]") {
+TEST_CASE("responses: reasoning, message and function_call items, whole and streamed", "[server][messages][fixtures]") {
   test::TestServer srv(scripted(std::string("Let me check.</think>\n\n") + kCall, kThinkingAnchor));
   const json body = {{"model", "m"}, {"input", "Weather in Paris?"}, {"tools", {weather_tool_openai()}}};
   Reply r = post(srv, "/v1/responses", body.dump());
@@ -241,7 +241,7 @@ TEST_CASE("responses: reasoning, message and function_call items, whole and stre
   CHECK(inc.body["incomplete_details"]["reason"] == "max_output_tokens");
 }
 
-TEST_CASE("messages and responses: malformed bodies are 400s in each API's shape, never 500", "[server][messages]") {
+TEST_CASE("messages and responses: malformed bodies are 400s in each API's shape, never 500", "[server][messages][fixtures]") {
   test::TestServer srv(scripted("Hi."));
   for (const char* body : {
            "{}", "[]", R"({"max_tokens": 5})", R"({"max_tokens": 5, "messages": []})", R"({"max_tokens": 5, "messages": "hi"})",

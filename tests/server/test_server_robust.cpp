@@ -87,7 +87,7 @@ bool wait_idle(runtime::Engine& e, int ms) {
 
 }  // namespace
 
-TEST_CASE("errors: malformed and invalid requests are 400 error objects naming the field", "[server]") {
+TEST_CASE("errors: malformed and invalid requests are 400 error objects naming the field", "[server][fixtures]") {
   test::TestServer srv(long_script());
   auto cli = srv.client();
   error_of(cli.Post("/v1/chat/completions", "{not json", "application/json"), 400);
@@ -120,7 +120,7 @@ TEST_CASE("errors: malformed and invalid requests are 400 error objects naming t
   CHECK(ok->status == 200);
 }
 
-TEST_CASE("while the model loads: /health and the API are 503, /metrics answers", "[server]") {
+TEST_CASE("while the model loads: /health and the API are 503, /metrics answers", "[server][fixtures]") {
   server::ServerOptions opt;
   opt.host = "127.0.0.1";
   opt.port = 0;
@@ -154,7 +154,7 @@ TEST_CASE("while the model loads: /health and the API are 503, /metrics answers"
   t.join();
 }
 
-TEST_CASE("errors: routes, methods, body size, context overflow", "[server]") {
+TEST_CASE("errors: routes, methods, body size, context overflow", "[server][fixtures]") {
   server::ServerOptions opt;
   opt.max_body_bytes = 4096;
   test::TestServer srv(long_script(2, 64), opt);
@@ -180,7 +180,7 @@ TEST_CASE("errors: routes, methods, body size, context overflow", "[server]") {
   CHECK(ok->status == 200);
 }
 
-TEST_CASE("headers: a flood of header lines is cut off at 64 KiB with a 400; pipelined requests work", "[server]") {
+TEST_CASE("headers: a flood of header lines is cut off at 64 KiB with a 400; pipelined requests work", "[server][fixtures]") {
   test::TestServer srv(long_script());
   int fd = connect_raw(srv.port());
   std::string head = "GET /health HTTP/1.1\r\nHost: x\r\n";
@@ -208,7 +208,7 @@ TEST_CASE("headers: a flood of header lines is cut off at 64 KiB with a 400; pip
   CHECK(got.find("\"object\":\"list\"") > second);
 }
 
-TEST_CASE("API key: 401 without or with a wrong key, /health stays public", "[server]") {
+TEST_CASE("API key: 401 without or with a wrong key, /health stays public", "[server][fixtures]") {
   server::ServerOptions opt;
   opt.api_key = "sekret";
   test::TestServer srv(long_script(), opt);
@@ -226,7 +226,7 @@ TEST_CASE("API key: 401 without or with a wrong key, /health stays public", "[se
   CHECK(ok->status == 200);
 }
 
-TEST_CASE("API keys: a comma list and a key file, from Authorization or x-api-key", "[server]") {
+TEST_CASE("API keys: a comma list and a key file, from Authorization or x-api-key", "[server][fixtures]") {
   const std::string file = (std::filesystem::temp_directory_path() / fmt::format("qrig-keys-{}.txt", ::getpid())).string();
   {
     std::ofstream out(file);
@@ -264,7 +264,7 @@ TEST_CASE("API keys: a comma list and a key file, from Authorization or x-api-ke
   CHECK_THROWS_WITH(server::api_keys_of(missing), Catch::Contains("cannot read the API key file"));
 }
 
-TEST_CASE("CORS preflight allows the headers the OpenAI and Anthropic browser SDKs send", "[server]") {
+TEST_CASE("CORS preflight allows the headers the OpenAI and Anthropic browser SDKs send", "[server][fixtures]") {
   test::TestServer srv(long_script());
   auto cli = srv.client();
   auto r = cli.Options("/v1/messages", httplib::Headers{{"Origin", "http://localhost:3000"},
@@ -285,7 +285,7 @@ TEST_CASE("CORS preflight allows the headers the OpenAI and Anthropic browser SD
   CHECK(r->get_header_value("Access-Control-Allow-Headers").find("evil") == std::string::npos);
 }
 
-TEST_CASE("queue full is 429 with Retry-After", "[server]") {
+TEST_CASE("queue full is 429 with Retry-After", "[server][fixtures]") {
   test::TestServer srv(long_script(1, 4096, 20), {}, /*max_queue=*/1);
   const std::string stream = R"({"messages": [{"role": "user", "content": "hi"}], "stream": true})";
   auto run = [&] {
@@ -317,7 +317,7 @@ TEST_CASE("queue full is 429 with Retry-After", "[server]") {
   CHECK(ra->body.find("\"unavailable_error\"") != std::string::npos);
 }
 
-TEST_CASE("a client that disconnects mid-stream stops its generation", "[server]") {
+TEST_CASE("a client that disconnects mid-stream stops its generation", "[server][fixtures]") {
   auto backend = long_script(2, 4096, 10);
   test::ScriptedBackend* be = backend.get();
   test::TestServer srv(std::move(backend));
@@ -346,7 +346,7 @@ TEST_CASE("a client that disconnects mid-stream stops its generation", "[server]
   CHECK(ok->status == 200);
 }
 
-TEST_CASE("a client that disconnects while waiting for a whole response stops its generation", "[server]") {
+TEST_CASE("a client that disconnects while waiting for a whole response stops its generation", "[server][fixtures]") {
   auto backend = long_script(2, 4096, 10);
   test::ScriptedBackend* be = backend.get();
   test::TestServer srv(std::move(backend));
@@ -371,7 +371,7 @@ TEST_CASE("a client that disconnects while waiting for a whole response stops it
   CHECK(ok->status == 200);
 }
 
-TEST_CASE("draining: the request in flight completes, new ones are refused, run() returns", "[server]") {
+TEST_CASE("draining: the request in flight completes, new ones are refused, run() returns", "[server][fixtures]") {
   test::TestServer srv(long_script(2, 4096, 5));
   auto streamed = std::async(std::launch::async, [&] {
     auto cli = srv.client();

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <sstream>
 #include <sys/wait.h>
+#include "tests/fixtures.h"
 
 namespace {
 
@@ -30,9 +31,9 @@ std::string run_command(const std::string& command, int& status) {
 
 }  // namespace
 
-TEST_CASE("chat: corpus rendered by python3-jinja2 matches", "[text][chat]") {
+TEST_CASE("chat: corpus rendered by python3-jinja2 matches", "[text][chat][fixtures]") {
   std::string cmd = std::string("python3 '") + QRIG_SOURCE_DIR + "/tests/text/chat_corpus.py' '" +
-                    QRIG_SHARED_DIR + "/fixtures/tiny.gguf'";
+                    qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf'";
   int status = 0;
   std::string output = run_command(cmd, status);
   INFO("command: " << cmd);

@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <sstream>
+#include "tests/fixtures.h"
 
 namespace {
 
@@ -22,9 +23,9 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("chat: tiny-chat-cases.json renders byte for byte", "[text][chat]") {
+TEST_CASE("chat: tiny-chat-cases.json renders byte for byte", "[text][chat][fixtures]") {
   auto cases = nlohmann::ordered_json::parse(
-      read_file(std::string(QRIG_SHARED_DIR) + "/fixtures/tiny-chat-cases.json"));
+      read_file(qrig::fixtures::shared_dir() + "/fixtures/tiny-chat-cases.json"));
   REQUIRE(cases.is_array());
   REQUIRE(cases.size() >= 7);
   for (const auto& c : cases) {
@@ -36,9 +37,9 @@ TEST_CASE("chat: tiny-chat-cases.json renders byte for byte", "[text][chat]") {
   }
 }
 
-TEST_CASE("chat: tiny.gguf embeds the reference Qwen3.5 template", "[text][chat]") {
-  auto file = qrig::gguf::File::open(std::string(QRIG_SHARED_DIR) + "/fixtures/tiny.gguf");
+TEST_CASE("chat: tiny.gguf embeds the reference Qwen3.5 template", "[text][chat][fixtures]") {
+  auto file = qrig::gguf::File::open(qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf");
   std::string embedded = file.get_string("tokenizer.chat_template");
-  std::string reference = read_file(std::string(QRIG_SHARED_DIR) + "/reference/qwen3.5-chat-template.jinja");
+  std::string reference = read_file(qrig::fixtures::shared_dir() + "/reference/qwen3.5-chat-template.jinja");
   CHECK(embedded == reference);
 }

@@ -41,7 +41,7 @@ End run_lexer(const Lexer& lx, const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("grammar vocab: the trie holds every text token once, in depth-first order", "[text]") {
+TEST_CASE("grammar vocab: the trie holds every text token once, in depth-first order", "[text][fixtures]") {
   const std::vector<std::string> texts = {"a", "ab", "abc", "b", "ba", "", "<c>", "<e>", "ab", "\xff\x00z", "abd"};
   const auto v = make_vocab(texts, {"<c>"}, {"<e>"});
   CHECK(v->size() == 11);
@@ -216,7 +216,7 @@ TEST_CASE("grammar rules: a permutation group takes each member at most once", "
   CHECK(allowed_ids(*g) == std::vector<int32_t>{2});
 }
 
-TEST_CASE("grammar: exponential ambiguity is stopped with an error, not a blow-up", "[text]") {
+TEST_CASE("grammar: exponential ambiguity is stopped with an error, not a blow-up", "[text][fixtures]") {
   const auto vocab = TokenVocab::of(tiny_tokenizer());
   // Two identical branches at every nesting level: the parses double with each '['.
   const ojson schema = ojson::parse(R"({"$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"}},

@@ -69,7 +69,7 @@ const std::vector<std::pair<const char*, const char*>> kSchemas = {
 
 }  // namespace
 
-TEST_CASE("json_object: random walks give compact JSON objects", "[text]") {
+TEST_CASE("json_object: random walks give compact JSON objects", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     auto g = TokenGrammar::json_schema(ojson(nullptr), vocab);
@@ -85,7 +85,7 @@ TEST_CASE("json_object: random walks give compact JSON objects", "[text]") {
   CHECK(feed(*g, enc("[1]")) == 0);
 }
 
-TEST_CASE("json_schema: random walks validate against the schema", "[text]") {
+TEST_CASE("json_schema: random walks validate against the schema", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   for (const auto& [what, text] : kSchemas) {
     const ojson schema = J(text);
@@ -102,7 +102,7 @@ TEST_CASE("json_schema: random walks validate against the schema", "[text]") {
   }
 }
 
-TEST_CASE("json_schema with reasoning: free text up to </think>, then the JSON", "[text]") {
+TEST_CASE("json_schema with reasoning: free text up to </think>, then the JSON", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const ojson schema = J(kSchemas[0].second);
   std::vector<std::string> closers = kJsonClosers;
@@ -178,7 +178,7 @@ ojson random_schema(std::mt19937_64& rng, int depth) {
 
 }  // namespace
 
-TEST_CASE("json_schema: random schemas compile (or are refused cleanly) and their walks validate", "[text]") {
+TEST_CASE("json_schema: random schemas compile (or are refused cleanly) and their walks validate", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   std::mt19937_64 rng(77);
   int compiled = 0;
@@ -207,7 +207,7 @@ TEST_CASE("json_schema: random schemas compile (or are refused cleanly) and thei
   CHECK(compiled > 250);
 }
 
-TEST_CASE("json_schema: the mask equals a token-by-token brute force", "[text]") {
+TEST_CASE("json_schema: the mask equals a token-by-token brute force", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   for (size_t si : {0, 3, 5, 6, 13}) {
     const ojson schema = J(kSchemas[si].second);
@@ -242,7 +242,7 @@ TEST_CASE("json_schema: the mask equals a token-by-token brute force", "[text]")
   }
 }
 
-TEST_CASE("json_schema: valid documents are accepted token by token", "[text]") {
+TEST_CASE("json_schema: valid documents are accepted token by token", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const std::vector<std::pair<size_t, std::string>> docs = {
       {0, R"({"name":"Bob","age":42})"},
@@ -283,7 +283,7 @@ TEST_CASE("json_schema: valid documents are accepted token by token", "[text]") 
   }
 }
 
-TEST_CASE("json_schema: broken documents are refused at the offending token", "[text]") {
+TEST_CASE("json_schema: broken documents are refused at the offending token", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   struct Case {
     size_t schema;
@@ -339,7 +339,7 @@ TEST_CASE("json_schema: broken documents are refused at the offending token", "[
   }
 }
 
-TEST_CASE("json_schema: invalid UTF-8 bytes are refused inside strings", "[text]") {
+TEST_CASE("json_schema: invalid UTF-8 bytes are refused inside strings", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   auto byte_token = [&](unsigned char b) {
     for (int32_t id = 0; id < vocab->size(); ++id)
@@ -360,7 +360,7 @@ TEST_CASE("json_schema: invalid UTF-8 bytes are refused inside strings", "[text]
   CHECK(g->complete());
 }
 
-TEST_CASE("json_schema: schemas that cannot be honoured are rejected", "[text]") {
+TEST_CASE("json_schema: schemas that cannot be honoured are rejected", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   for (const char* bad : {
            R"({"not":{"type":"string"}})",
@@ -393,7 +393,7 @@ TEST_CASE("json_schema: schemas that cannot be honoured are rejected", "[text]")
   CHECK(g->complete());
 }
 
-TEST_CASE("json_schema: misuse of accept is an error, not a crash", "[text]") {
+TEST_CASE("json_schema: misuse of accept is an error, not a crash", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   auto g = TokenGrammar::json_schema(J(R"({"type":"boolean"})"), vocab);
   CHECK_THROWS_AS(g->accept(-1), GrammarError);

@@ -169,7 +169,7 @@ TEST_CASE("numeric keywords: what is refused and why", "[text]") {
   CHECK_FALSE(d.matches("4.0"));
 }
 
-TEST_CASE("json_schema with ranges: random walks stay in range", "[text]") {
+TEST_CASE("json_schema with ranges: random walks stay in range", "[text][fixtures]") {
   const auto vocab = TokenVocab::of(tiny_tokenizer());
   auto enc = [](const std::string& s) { return tiny_tokenizer().encode(s, false); };
   const ojson schema = ojson::parse(R"({"type":"object","properties":{

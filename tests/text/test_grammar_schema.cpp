@@ -50,7 +50,7 @@ std::string refusal(const ojson& schema) {
 
 }  // namespace
 
-TEST_CASE("pattern strings: random walks decode to matching strings", "[text]") {
+TEST_CASE("pattern strings: random walks decode to matching strings", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const std::vector<std::string> patterns = {
       "^[A-Z]{3}-\\d{4}$",
@@ -75,7 +75,7 @@ TEST_CASE("pattern strings: random walks decode to matching strings", "[text]") 
   }
 }
 
-TEST_CASE("pattern strings: escapes are decoded before matching", "[text]") {
+TEST_CASE("pattern strings: escapes are decoded before matching", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const ojson schema = {{"type", "string"}, {"pattern", "^a\"b\\\\c\\nd/e\\u0001$"}};
   for (const std::string doc : {R"("a\"b\\c\nd/e\u0001")", R"("a\"b\\c\nd\/e\u0001")"}) {
@@ -94,7 +94,7 @@ TEST_CASE("pattern strings: escapes are decoded before matching", "[text]") {
   CHECK(feed(*g, enc(R"("\u0041")")) < enc(R"("\u0041")").size());
 }
 
-TEST_CASE("pattern strings: the mask equals a token-by-token check, lengths folded in", "[text]") {
+TEST_CASE("pattern strings: the mask equals a token-by-token check, lengths folded in", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   for (const char* text : {R"({"type":"string","pattern":"^[a-z\"]+$","minLength":2,"maxLength":5})",
                            R"({"type":"string","format":"date"})",
@@ -122,7 +122,7 @@ TEST_CASE("pattern strings: the mask equals a token-by-token check, lengths fold
   CHECK(refusal(J(R"({"type":"string","pattern":"^a{10}$","maxLength":5})")).find("admits no value") != std::string::npos);
 }
 
-TEST_CASE("formats in schemas: random walks give valid values", "[text]") {
+TEST_CASE("formats in schemas: random walks give valid values", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const ojson schema = J(R"({"type":"object","properties":{"d":{"type":"string","format":"date"},
       "t":{"type":"string","format":"time"},"dt":{"type":"string","format":"date-time"},
@@ -148,7 +148,7 @@ TEST_CASE("formats in schemas: random walks give valid values", "[text]") {
   }
 }
 
-TEST_CASE("tool calls: raw string parameters follow pattern, format and lengths", "[text]") {
+TEST_CASE("tool calls: raw string parameters follow pattern, format and lengths", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const ojson tools = J(R"([{"type":"function","function":{"name":"book","parameters":{"type":"object","properties":{
       "code":{"type":"string","pattern":"^[A-Z]{2}\\d{2,3}$"},
@@ -202,7 +202,7 @@ TEST_CASE("tool calls: raw string parameters follow pattern, format and lengths"
   CHECK_THROWS_WITH(TokenGrammar::tool_call(unique, std::nullopt, false, false, vocab), Catch::Contains("uniqueItems"));
 }
 
-TEST_CASE("enum and const: values that break a sibling keyword are dropped, anywhere", "[text]") {
+TEST_CASE("enum and const: values that break a sibling keyword are dropped, anywhere", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const ojson schema = J(R"({"type":"object","properties":{
       "n":{"type":"integer","enum":[1,7,50,2.5,"7"],"maximum":10},
@@ -226,7 +226,7 @@ TEST_CASE("enum and const: values that break a sibling keyword are dropped, anyw
   CHECK(refusal(J(R"({"enum":[20,30],"maximum":10})")).find("admits no value") != std::string::npos);
 }
 
-TEST_CASE("allOf and $ref siblings: every part holds", "[text]") {
+TEST_CASE("allOf and $ref siblings: every part holds", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const ojson schema = J(R"({"$defs":{"pos":{"type":"integer","minimum":0}},"type":"object","properties":{
       "a":{"allOf":[{"type":"integer","maximum":5},{"maximum":10,"minimum":-3}]},
@@ -255,7 +255,7 @@ TEST_CASE("allOf and $ref siblings: every part holds", "[text]") {
         std::string::npos);
 }
 
-TEST_CASE("oneOf: honoured when the branches exclude each other, refused otherwise", "[text]") {
+TEST_CASE("oneOf: honoured when the branches exclude each other, refused otherwise", "[text][fixtures]") {
   for (const char* ok : {
            R"({"oneOf":[{"type":"string"},{"type":"integer"},{"type":"null"}]})",
            R"({"oneOf":[{"type":"object","properties":{"kind":{"const":"cat"},"lives":{"type":"integer"}},"required":["kind"]},
@@ -277,7 +277,7 @@ TEST_CASE("oneOf: honoured when the branches exclude each other, refused otherwi
   }
 }
 
-TEST_CASE("keywords the grammar cannot honour are refused by name, with where they are", "[text]") {
+TEST_CASE("keywords the grammar cannot honour are refused by name, with where they are", "[text][fixtures]") {
   const std::vector<std::pair<const char*, const char*>> refused = {
       {R"({"type":"array","uniqueItems":true})", "\"uniqueItems\""},
       {R"({"type":"object","minProperties":2})", "\"minProperties\""},
@@ -311,7 +311,7 @@ TEST_CASE("keywords the grammar cannot honour are refused by name, with where th
                      "$comment":"c","deprecated":false,"default":[]})")) == "");
 }
 
-TEST_CASE("pattern strings with length limits never reach a dead end", "[text]") {
+TEST_CASE("pattern strings with length limits never reach a dead end", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   const std::vector<std::string> patterns = {"^[a-z]+$", "x", "^[^<>]*$", "^(ab)+$", "^a?b?c?d?$", "é", "^[0-9a-f]{2,}$",
                                              "^.{3}$", "q.*z"};

@@ -81,7 +81,7 @@ std::vector<ToolCall> check_calls(const std::string& text, const ojson& tools, b
 
 }  // namespace
 
-TEST_CASE("tool_call: random walks give calls the output parser reads back", "[text]") {
+TEST_CASE("tool_call: random walks give calls the output parser reads back", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   for (bool thinking : {false, true})
     for (bool parallel : {false, true})
@@ -95,7 +95,7 @@ TEST_CASE("tool_call: random walks give calls the output parser reads back", "[t
       }
 }
 
-TEST_CASE("tool_call: a forced function is the only one called", "[text]") {
+TEST_CASE("tool_call: a forced function is the only one called", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   for (const char* name : {"search", "now", "set_mode", "get_weather"})
     for (uint64_t seed = 1; seed <= 8; ++seed) {
@@ -106,7 +106,7 @@ TEST_CASE("tool_call: a forced function is the only one called", "[text]") {
     }
 }
 
-TEST_CASE("tool_call: the mask equals a token-by-token check", "[text]") {
+TEST_CASE("tool_call: the mask equals a token-by-token check", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   for (bool thinking : {false, true}) {
     auto g = TokenGrammar::tool_call(kTools, std::nullopt, true, thinking, vocab);
@@ -125,7 +125,7 @@ TEST_CASE("tool_call: the mask equals a token-by-token check", "[text]") {
   }
 }
 
-TEST_CASE("tool_call: near a length limit the mask still equals a token-by-token check", "[text]") {
+TEST_CASE("tool_call: near a length limit the mask still equals a token-by-token check", "[text][fixtures]") {
   // query has maxLength 40: the exit "\n</parameter>" must stay possible, and its characters must not count.
   const auto vocab = tiny_vocab();
   for (size_t len : {0, 1, 2, 30, 38, 39, 40}) {
@@ -148,7 +148,7 @@ TEST_CASE("tool_call: near a length limit the mask still equals a token-by-token
   }
 }
 
-TEST_CASE("tool_call: known outputs are accepted, with special or plain tokens", "[text]") {
+TEST_CASE("tool_call: known outputs are accepted, with special or plain tokens", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   struct Case {
     bool thinking, parallel;
@@ -191,7 +191,7 @@ TEST_CASE("tool_call: known outputs are accepted, with special or plain tokens",
         ojson::parse(R"({"days":3,"location":"line one\n</paramet\n<b>x</b> <tool_call> & </think>\n"})"));
 }
 
-TEST_CASE("tool_call: broken outputs are refused at the offending token", "[text]") {
+TEST_CASE("tool_call: broken outputs are refused at the offending token", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   struct Case {
     bool thinking;
@@ -233,7 +233,7 @@ TEST_CASE("tool_call: broken outputs are refused at the offending token", "[text
   }
 }
 
-TEST_CASE("tool_call: more than 32 parameters keep the declared order", "[text]") {
+TEST_CASE("tool_call: more than 32 parameters keep the declared order", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   ojson props = ojson::object();
   for (int i = 0; i < 40; ++i) props["p" + std::to_string(i)] = ojson{{"type", i % 2 ? "integer" : "string"}};
@@ -252,7 +252,7 @@ TEST_CASE("tool_call: more than 32 parameters keep the declared order", "[text]"
   CHECK(feed(*g, ids) == token_at_byte(*vocab, ids, out_of_order.rfind("p2") + 1));
 }
 
-TEST_CASE("tool_call: unusable tool sets are rejected", "[text]") {
+TEST_CASE("tool_call: unusable tool sets are rejected", "[text][fixtures]") {
   const auto vocab = tiny_vocab();
   auto make = [&](const ojson& tools, std::optional<std::string> forced = std::nullopt) {
     return TokenGrammar::tool_call(tools, forced, false, false, vocab);

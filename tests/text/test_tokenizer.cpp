@@ -47,7 +47,7 @@ std::vector<RefCase> tiny_ref_cases() {
 
 }  // namespace
 
-TEST_CASE("tiny vocabulary loads from GGUF with the documented special tokens", "[text]") {
+TEST_CASE("tiny vocabulary loads from GGUF with the documented special tokens", "[text][fixtures]") {
   const Tokenizer& tok = tiny_tokenizer();
   CHECK(tok.n_vocab() == 1088);
   CHECK(tok.n_real() == 1033);
@@ -75,7 +75,7 @@ TEST_CASE("tiny vocabulary loads from GGUF with the documented special tokens", 
   CHECK_THROWS_AS(tok.decode({5, 99999}), TokenizerError);
 }
 
-TEST_CASE("tiny-ref tokenizer cases match Hugging Face exactly", "[text]") {
+TEST_CASE("tiny-ref tokenizer cases match Hugging Face exactly", "[text][fixtures]") {
   const Tokenizer& tok = tiny_tokenizer();
   const auto cases = tiny_ref_cases();
   REQUIRE(cases.size() >= 50);
@@ -99,7 +99,7 @@ TEST_CASE("tiny-ref tokenizer cases match Hugging Face exactly", "[text]") {
   CHECK(with_special >= 1);  // the fixture has a chat-markup case
 }
 
-TEST_CASE("tiny tokenizer.json gives the same vocabulary and ids as tiny.gguf", "[text]") {
+TEST_CASE("tiny tokenizer.json gives the same vocabulary and ids as tiny.gguf", "[text][fixtures]") {
   const Vocab hf = Vocab::from_hf_json(shared_path("fixtures/tiny-tokenizer.json"));
   const Vocab& gg = tiny_tokenizer().vocab();
   CHECK(hf.pre == "qwen35");
@@ -155,7 +155,7 @@ TEST_CASE("real Qwen2/Qwen3 vocabulary matches llama.cpp's qwen2 test vectors", 
   for (int32_t id : plain) CHECK(id < 151643);
 }
 
-TEST_CASE("qwen35 test strings round-trip through the tiny vocabulary", "[text]") {
+TEST_CASE("qwen35 test strings round-trip through the tiny vocabulary", "[text][fixtures]") {
   const Tokenizer& tok = tiny_tokenizer();
   const auto cases = read_vocab_tests(shared_path("reference/tokenizer-tests/ggml-vocab-qwen35.gguf"));
   REQUIRE(cases.size() == 50);
@@ -172,7 +172,7 @@ TEST_CASE("qwen35 test strings round-trip through the tiny vocabulary", "[text]"
   CHECK(tok.encode("e\xCC\x81", false) == tok.encode("\xC3\xA9", false));
 }
 
-TEST_CASE("streaming decode emits only complete UTF-8 and concatenates to decode()", "[text]") {
+TEST_CASE("streaming decode emits only complete UTF-8 and concatenates to decode()", "[text][fixtures]") {
   const Tokenizer& tok = tiny_tokenizer();
   std::vector<std::string> texts;
   for (const auto& c : tiny_ref_cases()) texts.push_back(c.text);
@@ -206,7 +206,7 @@ TEST_CASE("streaming decode emits only complete UTF-8 and concatenates to decode
   CHECK(dec.flush().empty());
 }
 
-TEST_CASE("streaming decode of ill-formed byte sequences", "[text]") {
+TEST_CASE("streaming decode of ill-formed byte sequences", "[text][fixtures]") {
   const Tokenizer& tok = tiny_tokenizer();
   auto byte_id = [&](unsigned char b) {
     auto id = tok.find_token(byte_unicode().byte_to_utf8[b]);
@@ -245,7 +245,7 @@ TEST_CASE("streaming decode of ill-formed byte sequences", "[text]") {
   CHECK_THROWS_AS(dec.push(5000), TokenizerError);
 }
 
-TEST_CASE("invalid UTF-8 and empty input encode without error", "[text]") {
+TEST_CASE("invalid UTF-8 and empty input encode without error", "[text][fixtures]") {
   const Tokenizer& tok = tiny_tokenizer();
   CHECK(tok.encode("", true).empty());
   CHECK(tok.encode("", false).empty());
@@ -263,7 +263,7 @@ TEST_CASE("invalid UTF-8 and empty input encode without error", "[text]") {
   CHECK(tok.decode(tok.encode(nul, true)) == nul);
 }
 
-TEST_CASE("parse_special decides whether chat markup becomes special ids", "[text]") {
+TEST_CASE("parse_special decides whether chat markup becomes special ids", "[text][fixtures]") {
   const Tokenizer& tok = tiny_tokenizer();
   const std::string text = "<|im_start|>user\nhi<|im_end|>\n<think>\n";
   const auto special = tok.encode(text, true);
@@ -281,7 +281,7 @@ TEST_CASE("parse_special decides whether chat markup becomes special ids", "[tex
   CHECK(adjacent == std::vector<int32_t>{1002, 1002, tok.encode("x", false)[0], 1000});
 }
 
-TEST_CASE("concurrent encodes share the tokenizer safely", "[text]") {
+TEST_CASE("concurrent encodes share the tokenizer safely", "[text][fixtures]") {
   // A fresh tokenizer so the threads race on filling the piece cache.
   const Tokenizer tok = Tokenizer::from_gguf(gguf::File::open(shared_path("fixtures/tiny.gguf")));
   const auto cases = tiny_ref_cases();

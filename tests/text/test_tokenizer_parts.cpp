@@ -227,7 +227,7 @@ TEST_CASE("vocabulary loading rejects bad input with clear errors", "[text]") {
   CHECK_THROWS_AS(Vocab::from_hf_json(shared_path("fixtures/tiny-chat-cases.json")), TokenizerError);
 }
 
-TEST_CASE("encoding a long document is fast", "[text]") {
+TEST_CASE("encoding a long document is fast", "[text][fixtures]") {
   // Varied content: the test strings plus generated prose, code, numbers, CJK and emoji.
   std::vector<std::string> parts;
   for (const char* f : {"reference/tokenizer-tests/ggml-vocab-qwen35.gguf", "reference/tokenizer-tests/ggml-vocab-qwen2.gguf"})

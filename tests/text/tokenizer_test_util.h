@@ -14,10 +14,11 @@
 #include "gguf/gguf.h"
 #include "tests/missing_input.h"
 #include "text/tokenizer.h"
+#include "tests/fixtures.h"
 
 namespace qrig::text::testutil {
 
-inline std::string shared_path(const std::string& rel) { return std::string(QRIG_SHARED_DIR) + "/" + rel; }
+inline std::string shared_path(const std::string& rel) { return qrig::fixtures::shared_dir() + "/" + rel; }
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
