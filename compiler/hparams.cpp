@@ -1,6 +1,8 @@
 // Reading and validating qwen35 hyperparameters and the tensor table (see ../shared/QWEN35.md, GGUF section).
 #include "compiler/hparams.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 namespace qrig::compiler {
@@ -16,6 +18,20 @@ int64_t positive(const gguf::File& f, const std::string& key) {
   }
   if (v == 0 || v > (1ull << 31)) throw CompileError(fmt::format("{}: '{}' = {} is out of range", f.path(), key, v));
   return (int64_t)v;
+}
+
+// A float hyperparameter, finite and within [lo, hi]: a broken file (rope.freq_base = 0, a NaN epsilon) is
+// refused when the model is compiled, not answered with a 500 on every request.
+double in_range(const gguf::File& f, const std::string& key, double lo, double hi) {
+  double v;
+  try {
+    v = f.get_float(key);
+  } catch (const gguf::Error& e) {
+    throw CompileError(e.what());
+  }
+  if (!std::isfinite(v) || v < lo || v > hi)
+    throw CompileError(fmt::format("{}: '{}' = {} is out of range (a finite value in [{:g}, {:g}])", f.path(), key, v, lo, hi));
+  return v;
 }
 
 void check_tensor(const gguf::File& f, const std::string& name, std::vector<int64_t> ne, bool matrix) {
@@ -65,12 +81,23 @@ Qwen35Params Qwen35Params::from_gguf(const gguf::File& f) {
     throw CompileError(fmt::format("{}: attention.value_length {} differs from key_length {}", f.path(), vlen, p.head_dim));
   if (p.n_head % p.n_head_kv)
     throw CompileError(fmt::format("{}: attention.head_count {} is not a multiple of head_count_kv {}", f.path(), p.n_head, p.n_head_kv));
-  p.eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
-  p.rope_theta = f.get_float(a + "rope.freq_base");
+  p.eps = in_range(f, a + "attention.layer_norm_rms_epsilon", 1e-12, 1e-1);
+  p.rope_theta = in_range(f, a + "rope.freq_base", 1.0, 1e12);
   p.rope_dims = positive(f, a + "rope.dimension_count");
   if (p.rope_dims > p.head_dim || p.rope_dims % 2)
     throw CompileError(fmt::format("{}: rope.dimension_count {} must be even and <= head dim {}", f.path(), p.rope_dims, p.head_dim));
-  if (f.find(a + "rope.dimension_sections")) p.rope_sections = f.get_int_array(a + "rope.dimension_sections");
+  if (f.find(a + "rope.dimension_sections")) {
+    p.rope_sections = f.get_int_array(a + "rope.dimension_sections");
+    int64_t sum = 0;
+    for (int64_t x : p.rope_sections) {
+      if (x < 0 || x > p.rope_dims)
+        throw CompileError(fmt::format("{}: rope.dimension_sections holds {}, outside [0, {}]", f.path(), x, p.rope_dims));
+      sum += x;
+    }
+    if (2 * sum > p.rope_dims)
+      throw CompileError(fmt::format("{}: rope.dimension_sections sum to {}, more than half of rope.dimension_count {}",
+                                     f.path(), sum, p.rope_dims));
+  }
   p.conv_kernel = positive(f, a + "ssm.conv_kernel");
   p.ssm_head_dim = positive(f, a + "ssm.state_size");
   p.ssm_k_heads = positive(f, a + "ssm.group_count");
@@ -83,6 +110,7 @@ Qwen35Params Qwen35Params::from_gguf(const gguf::File& f) {
     throw CompileError(fmt::format("{}: ssm.inner_size {} != time_step_rank {} x state_size {}", f.path(), p.ssm_inner,
                                    p.ssm_v_heads, p.ssm_head_dim));
   p.full_attn_interval = positive(f, a + "full_attention_interval");
+  if (p.conv_kernel > 64) throw CompileError(fmt::format("{}: ssm.conv_kernel {} is out of range (1..64)", f.path(), p.conv_kernel));
   p.context_length = positive(f, a + "context_length");
   for (int64_t dim : {p.d, p.ffn, p.head_dim, p.ssm_head_dim})
     if (dim % 32) throw CompileError(fmt::format("{}: dimension {} is not a multiple of 32", f.path(), dim));

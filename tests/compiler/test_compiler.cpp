@@ -4,8 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <climits>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 
 #include "compiler/compile.h"
 #include "compiler/models/qwen35.h"
@@ -238,4 +241,80 @@ TEST_CASE("CUDA plans record how their kernels are compiled and loaded; bad valu
   with("kernel_code = 'ptx'", "kernel_code = 'elf'");
   CHECK_THROWS_WITH(ir::Plan::read(dir.string()), Catch::Contains("kernel_code"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("broken hyperparameters are refused when the model is compiled, naming the key", "[compiler][fixtures]") {
+  using gguf::Value;
+  const double nan = std::nan("");
+  struct Bad {
+    std::string key;
+    Value value;
+  };
+  const std::vector<Bad> bad = {
+      {"qwen35.rope.freq_base", Value::of_f32(0.0f)},
+      {"qwen35.rope.freq_base", Value::of_f32(-1e6f)},
+      {"qwen35.rope.freq_base", Value::of_f32((float)nan)},
+      {"qwen35.rope.freq_base", Value::of_f32(INFINITY)},
+      {"qwen35.attention.layer_norm_rms_epsilon", Value::of_f32(0.0f)},
+      {"qwen35.attention.layer_norm_rms_epsilon", Value::of_f32((float)nan)},
+      {"qwen35.attention.layer_norm_rms_epsilon", Value::of_f32(2.0f)},
+      {"qwen35.rope.dimension_sections", Value::of_i32s({11, 11, 40, 0})},
+      {"qwen35.rope.dimension_sections", Value::of_i32s({-1, 11, 10, 0})},
+      {"qwen35.ssm.conv_kernel", Value::of_u32(1000)},
+  };
+  for (const Bad& b : bad) {
+    INFO(b.key);
+    const std::string key = b.key.substr(std::string("qwen35.").size());
+    CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{b.key, b.value}})),
+                      Catch::Contains(key));
+  }
+  // The fixture's own values pass (a check that refuses everything would fail here).
+  CHECK_NOTHROW(compiler::Qwen35Params::from_gguf(edited_tiny({})));
+}
+
+TEST_CASE("nonsense in plan.toml or a rig file is refused, naming the field", "[compiler][fixtures]") {
+  gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
+  const auto plan = compiler::compile(f, compiler::Rig::load(kRigs + "cpu.toml"), {});
+  auto dir = std::filesystem::temp_directory_path() / ("qrig-test-nonsense-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  plan.write(dir.string());
+  const std::string good = plan.to_toml();
+  struct Edit {
+    std::string line_start;  // the line of plan.toml to replace (its first characters)
+    std::string with;
+    std::string named;       // what the error must name
+  };
+  const std::vector<Edit> edits = {
+      {"max_sequences = ", "max_sequences = 9223372036854775807", "max_sequences"},
+      {"max_sequences = ", "max_sequences = 0", "max_sequences"},
+      {"context_length = ", "context_length = -5", "context_length"},
+      {"k_dtype = ", "k_dtype = 'bogus'", "k_dtype"},
+      {"v_dtype = ", "v_dtype = 3", "v_dtype"},
+      {"gdn_chunk = ", "gdn_chunk = 40", "gdn_chunk"},
+      {"max_batch_tokens = ", "max_batch_tokens = 1e9", "max_batch_tokens"},
+      {"weight_bytes = ", "weight_bytes = -1", "weight_bytes"},
+      {"backend = ", "backend = 'tpu'", "backend"},
+      {"threads = ", "threads = -2", "threads"},
+  };
+  for (const Edit& e : edits) {
+    INFO(e.with);
+    std::string t = good;
+    const size_t at = t.find("\n" + e.line_start);
+    REQUIRE(at != std::string::npos);
+    const size_t end = t.find('\n', at + 1);
+    t.replace(at + 1, end - at - 1, e.with);
+    std::ofstream(dir / "plan.toml") << t;
+    CHECK_THROWS_WITH(ir::Plan::read(dir.string()), Catch::Contains(e.named));
+  }
+  std::ofstream(dir / "plan.toml") << good;
+  CHECK_NOTHROW(ir::Plan::read(dir.string()));
+  std::filesystem::remove_all(dir);
+
+  const std::string cuda = "[[device]]\nkind = \"cuda\"\nname = \"x\"\narch = \"sm_70\"\n";
+  CHECK_THROWS_WITH(compiler::Rig::parse(cuda + "sms = -1\nmemory_gib = 16.0\n", "r"), Catch::Contains("sms"));
+  CHECK_THROWS_WITH(compiler::Rig::parse(cuda + "sms = 80\nmemory_gib = nan\n", "r"), Catch::Contains("memory_gib"));
+  CHECK_THROWS_WITH(compiler::Rig::parse(cuda + "sms = 80\nmemory_gib = -3.0\n", "r"), Catch::Contains("memory_gib"));
+  CHECK_THROWS_WITH(compiler::Rig::parse(cuda + "sms = 80\nmemory_gib = 16.0\nmem_bw_gbps = inf\n", "r"),
+                    Catch::Contains("mem_bw_gbps"));
+  CHECK_NOTHROW(compiler::Rig::parse(cuda + "sms = 80\nmemory_gib = 16.0\n", "r"));
 }
