@@ -12,7 +12,7 @@ if [[ "${QRIG_NO_TOOLKIT_INNER:-}" != 1 ]]; then
 fi
 empty=$(mktemp -d)
 for d in /usr/local/cuda*; do [[ -d "$d" ]] && mount --bind "$empty" "$d"; done
-echo "hidden: $(ls -d /usr/local/cuda* 2>/dev/null | tr '\n' ' ') (each now empty: $(ls /usr/local/cuda* 2>/dev/null | wc -l) entries)"
+echo "hidden: $(ls -d /usr/local/cuda* 2>/dev/null | tr '\n' ' ')($(find /usr/local/cuda*/ -mindepth 1 2>/dev/null | wc -l) files left visible)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C "$build" qrig qrig_tests_cuda
 echo "CUDA libraries qrig links: $(ldd "$build/qrig" | grep -ciE 'libcuda|nvrtc|cudart' || true)"
