@@ -18,6 +18,7 @@
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "tests/fixtures.h"
+#include "tests/shell_command.h"
 
 using namespace qrig;
 
@@ -26,22 +27,8 @@ namespace {
 const std::string kShared = qrig::fixtures::shared_dir();
 const std::string kTiny = kShared + "/fixtures/tiny.gguf";
 
-struct Out {
-  int rc;
-  std::string text;
-};
-
-// Runs a shell command line, capturing stdout (stderr appended when both=true).
-Out sh(const std::string& cmd, bool both = false) {
-  std::FILE* p = ::popen((cmd + (both ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
-  REQUIRE(p);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
-  int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
-}
+// A shell command line; its stdout (stderr appended when both = true).
+qrig::test::CommandOutput sh(const std::string& cmd, bool both = false) { return qrig::test::run_command(cmd, both); }
 
 std::string tmp(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("qrig-cmd-" + std::to_string(::getpid()));

@@ -17,28 +17,15 @@
 #include "ir/plan.h"
 #include "tests/fixtures.h"
 #include "tests/split_gguf.h"
+#include "tests/shell_command.h"
 
 using namespace qrig;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Out {
-  int rc;
-  std::string text;
-};
-
-// Runs a shell command line; stdout and stderr together.
-Out sh(const std::string& cmd) {
-  std::FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
-  const int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
-}
+// A shell command line; stdout and stderr together.
+qrig::test::CommandOutput sh(const std::string& cmd) { return qrig::test::run_command(cmd, true); }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

@@ -12,12 +12,12 @@
 #include <sstream>
 #include <string>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "runtime/cuda/nvrtc_lib.h"
 #include "tests/fixtures.h"
 #include "tests/missing_input.h"
+#include "tests/shell_command.h"
 
 using namespace qrig;
 using namespace qrig::cuda;
@@ -26,21 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Out {
-  int rc;
-  std::string text;  // stdout and stderr
-};
-
-Out sh(const std::string& cmd) {
-  std::FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
-  const int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
-}
+qrig::test::CommandOutput sh(const std::string& cmd) { return qrig::test::run_command(cmd, true); }  // stdout + stderr
 
 std::string read_file(const fs::path& p) {
   std::ifstream f(p);
@@ -71,20 +57,20 @@ TEST_CASE("qrig compile records the NVRTC, code target and loading of a CMP plan
   const std::string inspect = std::string(QRIG_BINARY) + " inspect ";
 
   {  // the NVRTC that targets sm_70, named explicitly (QRIG_NVRTC replaces the search)
-    const Out c = sh(env + "QRIG_NVRTC=" + sm70->path + " " + compile + " -o " + (dir / "p70").string());
+    const auto c = sh(env + "QRIG_NVRTC=" + sm70->path + " " + compile + " -o " + (dir / "p70").string());
     INFO(c.text);
     REQUIRE(c.rc == 0);
     const std::string toml = read_file(dir / "p70" / "plan.toml");
     CHECK(toml.find("kernel_nvrtc = '" + sm70->version() + "'") != std::string::npos);
     CHECK(toml.find("kernel_target = 'sm_70'") != std::string::npos);
     CHECK(toml.find("kernel_code = 'cubin'") != std::string::npos);
-    const Out i = sh(inspect + (dir / "p70").string());
+    const auto i = sh(inspect + (dir / "p70").string());
     INFO(i.text);
     CHECK(i.rc == 0);
     CHECK(i.text.find("kernels   sm_70 cubins by NVRTC " + sm70->version()) != std::string::npos);
   }
   {  // --ptx: sm_70 PTX for the driver's JIT
-    const Out c = sh(env + "QRIG_NVRTC=" + sm70->path + " " + compile + " --ptx -o " + (dir / "ptx").string());
+    const auto c = sh(env + "QRIG_NVRTC=" + sm70->path + " " + compile + " --ptx -o " + (dir / "ptx").string());
     INFO(c.text);
     REQUIRE(c.rc == 0);
     CHECK(c.text.find("PTX through the driver's JIT") != std::string::npos);
@@ -94,7 +80,7 @@ TEST_CASE("qrig compile records the NVRTC, code target and loading of a CMP plan
     CHECK(sh(inspect + (dir / "ptx").string()).text.find("kernels   sm_70 PTX") != std::string::npos);
   }
   {  // no NVRTC at all: a clear error naming what to install, no plan written
-    const Out c = sh(env + "QRIG_NVRTC=" + (dir / "no-such-libnvrtc.so").string() + " " + compile + " -o " +
+    const auto c = sh(env + "QRIG_NVRTC=" + (dir / "no-such-libnvrtc.so").string() + " " + compile + " -o " +
                      (dir / "none").string());
     INFO(c.text);
     CHECK(c.rc != 0);
@@ -104,7 +90,7 @@ TEST_CASE("qrig compile records the NVRTC, code target and loading of a CMP plan
     CHECK_FALSE(fs::exists(dir / "none" / "plan.toml"));
   }
   if (newer_only) {  // only an NVRTC that cannot target sm_70: the degraded sm_75 plan, said so
-    const Out c = sh(env + "QRIG_NVRTC=" + newer_only->path + " " + compile + " -o " + (dir / "degraded").string());
+    const auto c = sh(env + "QRIG_NVRTC=" + newer_only->path + " " + compile + " -o " + (dir / "degraded").string());
     INFO(c.text);
     REQUIRE(c.rc == 0);
     CHECK(c.text.find("degraded") != std::string::npos);
