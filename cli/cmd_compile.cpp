@@ -69,12 +69,12 @@ std::string backend_for_ngl(const Args& a, const std::string& backend) {
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows",
-          "--gpu-memory-utilization"},
+          "--gpu-memory-utilization", "--micro-batch"},
          {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--ptx"},
          {{"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-b", "--batch"}, {"--batch-size", "--batch"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
-                     "[--backend cpu|cuda] [--gpus N] [--gpu-memory-utilization F] [--precise | --precise-rows N] "
+                     "[--backend cpu|cuda] [--gpus N] [--micro-batch N] [--gpu-memory-utilization F] [--precise | --precise-rows N] "
                      "[--emulate-dp4a] [--no-cuda-graphs] [--ptx] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
@@ -89,6 +89,8 @@ int cmd_compile(int argc, char** argv) {
   co.force_backend = a.get("--backend");
   co.max_gpus = a.get_int("--gpus", 0);
   if (co.max_gpus < 0) throw UsageError("--gpus must be positive");
+  co.micro_batch = a.get_int("--micro-batch", 0);
+  if (co.micro_batch < 0) throw UsageError("--micro-batch must be positive");
   if (a.has("--precise") && a.has("--precise-rows")) throw UsageError("give --precise or --precise-rows, not both");
   co.precise_rows = a.has("--precise") ? co.max_batch_tokens : a.get_int("--precise-rows", -1);
   if (a.has("--precise-rows") && co.precise_rows < 0) throw UsageError("--precise-rows must be >= 0");
@@ -149,7 +151,30 @@ int cmd_inspect(int argc, char** argv) {
     fmt::print("matmuls   int8 activations: two planes up to {} rows per matmul, one plane above\n", p.precise_rows);
   fmt::print("kv cache  keys {}, values {}\n", p.k_dtype, p.v_dtype);
   if (p.backend == "cuda") fmt::print("decode    CUDA graphs {}\n", p.decode_graphs ? "on" : "off");
-  for (const auto& pl : p.placement) fmt::print("placement {}: layers {}-{}\n", pl.device, pl.first_layer, pl.last_layer);
+  if (p.placement.size() == 1) {
+    fmt::print("placement {}: layers {}-{}\n", p.placement[0].device, p.placement[0].first_layer,
+               p.placement[0].last_layer);
+  } else {
+    fmt::print("pipeline  {} stages; prefill in micro-batches of {} tokens, decode in groups of >= {} sequences; "
+               "bridges: f32 rows through {:.1f} MiB of pinned host memory\n",
+               p.placement.size(), p.pipeline_micro_batch, p.pipeline_decode_group_rows,
+               mib(p.memory.bridge_host_bytes));
+    fmt::print("\n{:<8} {:>4} {:>9} {:>7} {:>13} {:>13} {:>11} {:>11} {:>11} {:>11}\n", "stage", "gpu", "layers",
+               "count", "prefill us/t", "decode us/t", "weights", "states", "total", "budget");
+    for (const auto& pl : p.placement) {
+      const ir::DeviceMemory* d = nullptr;
+      for (const auto& m : p.memory.devices)
+        if (m.device == pl.device) d = &m;
+      fmt::print("{:<8} {:>4} {:>9} {:>7} {:>13.2f} {:>13.1f} {:>11} {:>11} {:>11} {:>11}\n", pl.device,
+                 pl.ordinal >= 0 ? std::to_string(pl.ordinal) : "-",
+                 fmt::format("{}-{}", pl.first_layer, pl.last_layer), pl.last_layer - pl.first_layer + 1,
+                 pl.prefill_us_per_token, pl.decode_us_per_token, d ? fmt::format("{:.1f}M", mib(d->weights)) : "-",
+                 d ? fmt::format("{:.1f}M", mib(d->states)) : "-", d ? fmt::format("{:.1f}M", mib(d->total)) : "-",
+                 d ? fmt::format("{:.1f}M", mib(d->budget)) : "-");
+    }
+    fmt::print("(per stage: the GPU it runs on, its layers (the first also holds the token embedding, the last the "
+               "output head), the placement's cost model per token, MiB planned on its device)\n");
+  }
   fmt::print("memory    weights {:.1f} MiB, kv {:.1f} KiB/token, state {:.2f} MiB/sequence, activations {:.1f} MiB, "
              "snapshots {} x {:.2f} MiB per slot, budget {:.1f} MiB\n",
              mib(p.memory.weight_bytes), (double)p.memory.kv_bytes_per_token / 1024.0,

@@ -26,20 +26,41 @@ namespace qrig::cli {
 
 namespace {
 
+// A CPU plan of several stages runs each stage's executor in turn, the rows of one stage's outgoing bridge being
+// the next one's input (what the pipeline's threads do, one step at a time).
 class CpuRunner final : public ModelRunner {
  public:
-  explicit CpuRunner(const ir::Plan& plan) : ex_(plan, runtime::open_plan_model(plan)), seq_(ex_.new_sequence()) {}
-  int64_t vocab() const override { return ex_.vocab_rows(); }
+  explicit CpuRunner(const ir::Plan& plan) {
+    auto file = runtime::open_plan_model(plan);
+    if (plan.placement.size() == 1) {
+      stages_.emplace_back(plan, file);
+    } else {
+      for (const auto& pl : plan.placement) stages_.emplace_back(plan, file, pl.device);
+    }
+    begin_sequence();
+  }
+  int64_t vocab() const override { return stages_.front().vocab_rows(); }
   int64_t max_step_tokens() const override { return INT64_MAX; }
-  void begin_sequence() override { seq_ = ex_.new_sequence(); }
+  void begin_sequence() override {
+    seqs_.clear();
+    for (const auto& s : stages_) seqs_.push_back(s.new_sequence());
+  }
   std::vector<float> forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& rows,
                              const runtime::TapFn& tap) override {
-    return ex_.forward(seq_, tokens, rows, tap);
+    std::vector<float> in, out, logits;
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      const runtime::CpuExecutor& ex = stages_[s];
+      out.assign(ex.last_stage() ? 0 : tokens.size() * (size_t)ex.bridge_width(), NAN);
+      logits = ex.forward(seqs_[s], tokens, rows, tap, ex.first_stage() ? nullptr : in.data(),
+                          ex.last_stage() ? nullptr : out.data());
+      std::swap(in, out);
+    }
+    return logits;
   }
 
  private:
-  runtime::CpuExecutor ex_;
-  runtime::CpuSequence seq_;
+  std::vector<runtime::CpuExecutor> stages_;
+  std::vector<runtime::CpuSequence> seqs_;
 };
 
 #ifdef QRIG_HAVE_CUDA

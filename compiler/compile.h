@@ -26,6 +26,7 @@ struct CompileOptions {
   int64_t max_batch_tokens = 512;  // tokens per forward call (prefill chunk)
   std::string force_backend;     // "" (from the rig), "cpu"
   int64_t max_gpus = 0;          // use at most this many of the rig's GPUs (0: all of them)
+  int64_t micro_batch = 0;       // pipeline plans: tokens per micro-batch (0: the placement pass chooses)
   // GPU matmuls over at most this many rows use two-plane (~15-bit) activations; -1: the default
   // (kDefaultPreciseRows), a value >= max_batch_tokens: every matmul (prefill too, at about half its speed).
   int64_t precise_rows = -1;

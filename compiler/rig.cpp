@@ -155,6 +155,9 @@ Rig Rig::parse(const std::string& text, const std::string& source) {
     dev.hmma_tflops = f.number("hmma_tflops", 0, kMaxRate, 0);
     dev.imma_tops = f.number("imma_tops", 0, kMaxRate, 0);
     dev.tensor_cores_throttled = f.boolean("tensor_cores_throttled", false);
+    dev.ordinal = (int)f.integer("ordinal", -1, 1023, -1);
+    if (dev.kind != "cuda" && dev.ordinal >= 0)
+      throw CompileError(fmt::format("{}: device {}: ordinal is for cuda devices", source, k));
     r.devices.push_back(dev);
   }
   if (const toml::array* links = t["link"].as_array()) {

@@ -20,6 +20,9 @@ struct RigDevice {
   // Measured unit rates (tera-ops/s); 0 = not measured or not present.
   double dp4a_tops = 0, fp32_tflops = 0, hfma2_tflops = 0, hmma_tflops = 0, imma_tops = 0;
   bool tensor_cores_throttled = false;  // probe verdict: HMMA/IMMA far below the architectural rate
+  // cuda: the CUDA device index this entry is (-1: its position among the rig's cuda devices). Two entries with the
+  // same ordinal put two pipeline stages on one GPU (how a pipeline is tested on a one-GPU machine).
+  int ordinal = -1;
 };
 
 struct RigLink {

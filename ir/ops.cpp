@@ -36,6 +36,9 @@ const std::vector<OpSchema>& op_schemas() {
          {"k_cache", "v_cache", "heads", "kv_heads", "head_dim", "scale", "gate_head_stride", "gate_offset"},
          "causal GQA attention over a sequence's key and value caches, times sigmoid(gate)"},
         {OpKind::gather_rows, "gather_rows", 2, 1, {}, "select rows of x by index"},
+        {OpKind::bridge, "bridge", 1, 1, {"from", "to"},
+         "the same rows on the next pipeline stage: copied from device `from` to device `to` through pinned host "
+         "memory (the op runs on `to`; its argument was made on `from`)"},
     };
     for (size_t i = 0; i < s.size(); ++i)
       if ((size_t)s[i].kind != i) throw std::logic_error("ir::op_schemas is not in OpKind order");

@@ -36,8 +36,9 @@ enum class OpKind : unsigned char {
   kv_write,
   attention,
   gather_rows,
+  bridge,         // a value crossing from one pipeline stage (device) to the next, through pinned host memory
 };
-constexpr size_t kOpKindCount = (size_t)OpKind::gather_rows + 1;
+constexpr size_t kOpKindCount = (size_t)OpKind::bridge + 1;
 
 struct OpSchema {
   OpKind kind;

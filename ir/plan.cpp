@@ -55,6 +55,14 @@ struct Fields {
     if (*v < lo || *v > hi) throw Error(fmt::format("{}: {} = {} is out of range [{}, {}]", where, key, *v, lo, hi));
     return *v;
   }
+  double number(const char* key, double lo, double hi, bool required = true, double dflt = 0) const {
+    const toml::node* n = node(key, required);
+    if (!n) return dflt;
+    auto v = n->value<double>();
+    if (!v || !std::isfinite(*v)) throw Error(fmt::format("{}: {} must be a finite number", where, key));
+    if (*v < lo || *v > hi) throw Error(fmt::format("{}: {} = {} is out of range [{}, {}]", where, key, *v, lo, hi));
+    return *v;
+  }
   std::string str(const char* key, bool required = true, const std::string& dflt = {}) const {
     const toml::node* n = node(key, required);
     if (!n) return dflt;
@@ -93,11 +101,17 @@ const std::set<std::string> kFamilies = {"reference", "dp4a", "dp4a-emulated"};
 const std::set<std::string> kKvTypes = {"f32", "f16"};
 
 bool valid_device(const std::string& d) {
-  static const std::regex re("cpu|cuda:[0-9]{1,3}");
+  static const std::regex re("cpu|cpu:[0-9]{1,2}|cuda:[0-9]{1,3}");
   return std::regex_match(d, re);
 }
 
 }  // namespace
+
+int64_t pipeline_min_micro_batch(const Plan& p) {
+  auto up64 = [](int64_t x) { return (x + 63) / 64 * 64; };
+  const int64_t shortest = std::max<int64_t>(p.gdn_recurrent_below, p.precise_rows + 1);
+  return std::max<int64_t>(128, up64(shortest + up64(shortest)));
+}
 
 std::string Plan::to_toml() const {
   toml::table plan{{"format", format}, {"compiler_version", compiler_version}, {"backend", backend},
@@ -110,13 +124,16 @@ std::string Plan::to_toml() const {
                     {"vocab_real", vocab_real}};
   toml::table decisions{{"context_length", context_length}, {"max_sequences", max_sequences},
                         {"max_batch_tokens", max_batch_tokens}, {"max_logit_rows", max_logit_rows},
+                        {"pipeline_micro_batch", pipeline_micro_batch},
+                        {"pipeline_decode_group_rows", pipeline_decode_group_rows},
                         {"gdn_chunk", gdn_chunk}, {"gdn_recurrent_below", gdn_recurrent_below},
                         {"precise_rows", precise_rows}, {"k_dtype", k_dtype}, {"v_dtype", v_dtype},
                         {"decode_graphs", decode_graphs}, {"threads", threads}};
   toml::table mem{{"weight_bytes", memory.weight_bytes}, {"kv_bytes_per_token", memory.kv_bytes_per_token},
                   {"state_bytes_per_sequence", memory.state_bytes_per_sequence},
                   {"activation_bytes", memory.activation_bytes}, {"budget_bytes", memory.budget_bytes},
-                  {"snapshot_bytes", memory.snapshot_bytes}, {"snapshots_per_slot", memory.snapshots_per_slot}};
+                  {"snapshot_bytes", memory.snapshot_bytes}, {"snapshots_per_slot", memory.snapshots_per_slot},
+                  {"bridge_host_bytes", memory.bridge_host_bytes}};
   toml::array devs;
   for (const DeviceMemory& d : memory.devices)
     devs.push_back(toml::table{{"device", d.device}, {"weights", d.weights}, {"arena", d.arena}, {"io", d.io},
@@ -125,7 +142,9 @@ std::string Plan::to_toml() const {
   mem.insert("device", devs);
   toml::array places;
   for (const Placement& p : placement)
-    places.push_back(toml::table{{"device", p.device}, {"first_layer", p.first_layer}, {"last_layer", p.last_layer}});
+    places.push_back(toml::table{{"device", p.device}, {"ordinal", p.ordinal}, {"first_layer", p.first_layer},
+                                 {"last_layer", p.last_layer}, {"prefill_us_per_token", p.prefill_us_per_token},
+                                 {"decode_us_per_token", p.decode_us_per_token}});
   toml::array kern;
   for (const KernelChoice& k : kernels)
     kern.push_back(toml::table{{"op", k.op}, {"shape", k.shape}, {"ops", k.ops}, {"first_rows", k.first_rows},
@@ -198,6 +217,8 @@ Plan Plan::read(const std::string& dir) {
   p.max_sequences = dec.integer("max_sequences", 1, 4096);
   p.max_batch_tokens = dec.integer("max_batch_tokens", 1, 65536);
   p.max_logit_rows = dec.integer("max_logit_rows", 1, p.max_batch_tokens);
+  p.pipeline_micro_batch = dec.integer("pipeline_micro_batch", 0, p.max_batch_tokens, false, 0);
+  p.pipeline_decode_group_rows = dec.integer("pipeline_decode_group_rows", 0, 4096, false, 0);
   p.gdn_chunk = dec.integer("gdn_chunk", 16, 64);
   if (p.gdn_chunk % 16 != 0) throw Error(fmt::format("{}: gdn_chunk must be 16, 32, 48 or 64", file));
   p.gdn_recurrent_below = dec.integer("gdn_recurrent_below", 1, 65536);
@@ -215,6 +236,7 @@ Plan Plan::read(const std::string& dir) {
   p.memory.budget_bytes = mem.integer("budget_bytes", 0, kMaxBytes);
   p.memory.snapshot_bytes = mem.integer("snapshot_bytes", 0, kMaxBytes);
   p.memory.snapshots_per_slot = mem.integer("snapshots_per_slot", 0, 1024);
+  p.memory.bridge_host_bytes = mem.integer("bridge_host_bytes", 0, kMaxBytes, false, 0);
   if (const toml::node* n = mem.t.get("device")) {
     const toml::array* arr = n->as_array();
     if (!arr) throw Error(fmt::format("{}: [[memory.device]] must be an array of tables", file));
@@ -246,8 +268,16 @@ Plan Plan::read(const std::string& dir) {
       Placement pl;
       pl.device = f.str("device");
       if (!valid_device(pl.device)) throw Error(fmt::format("{}: placement device '{}' is not cpu or cuda:N", file, pl.device));
+      pl.ordinal = f.integer("ordinal", -1, 1023, false, -1);
+      if ((pl.device.rfind("cuda:", 0) == 0) != (pl.ordinal >= 0))
+        throw Error(fmt::format("{}: placement {}: ordinal {} (a CUDA device index for cuda stages, -1 for cpu ones)",
+                                file, pl.device, pl.ordinal));
       pl.first_layer = f.integer("first_layer", 0, 1 << 20);
       pl.last_layer = f.integer("last_layer", pl.first_layer, 1 << 20);
+      pl.prefill_us_per_token = f.number("prefill_us_per_token", 0, 1e12, false, 0);
+      pl.decode_us_per_token = f.number("decode_us_per_token", 0, 1e12, false, 0);
+      for (const Placement& q : p.placement)
+        if (q.device == pl.device) throw Error(fmt::format("{}: placement device {} appears twice", file, pl.device));
       if (!p.placement.empty() && pl.first_layer != p.placement.back().last_layer + 1)
         throw Error(fmt::format("{}: placement ranges must be contiguous ({} after {})", file, pl.first_layer,
                                 p.placement.back().last_layer));
@@ -255,6 +285,25 @@ Plan Plan::read(const std::string& dir) {
     }
   }
   if (p.placement.empty()) throw Error(fmt::format("{}: [[placement]] is missing", file));
+  if (p.placement.front().first_layer != 0)
+    throw Error(fmt::format("{}: the first placement starts at layer {}, not 0", file, p.placement.front().first_layer));
+  for (const Placement& pl : p.placement)
+    if ((pl.device.rfind("cuda", 0) == 0) != (p.backend == "cuda"))
+      throw Error(fmt::format("{}: placement device {} in a {} plan", file, pl.device, p.backend));
+  if ((p.placement.size() > 1) != (p.pipeline_micro_batch > 0))
+    throw Error(fmt::format("{}: pipeline_micro_batch = {} with {} stage(s) (a pipeline needs one, one stage none)",
+                            file, p.pipeline_micro_batch, p.placement.size()));
+  if ((p.pipeline_micro_batch > 0) != (p.pipeline_decode_group_rows > 0))
+    throw Error(fmt::format("{}: pipeline_decode_group_rows = {} with pipeline_micro_batch = {} (set together)", file,
+                            p.pipeline_decode_group_rows, p.pipeline_micro_batch));
+  const bool cuts = p.pipeline_micro_batch > 0 && p.pipeline_micro_batch < p.max_batch_tokens;
+  if (cuts && p.pipeline_micro_batch < pipeline_min_micro_batch(p))
+    throw Error(fmt::format("{}: pipeline_micro_batch = {} is below {}: a short last piece of a prefill takes whole "
+                            "64-token chunks from the one before it, which must stay at least gdn_recurrent_below "
+                            "and precise_rows + 1 long", file, p.pipeline_micro_batch, pipeline_min_micro_batch(p)));
+  if (cuts && p.pipeline_micro_batch % 64 != 0)
+    throw Error(fmt::format("{}: pipeline_micro_batch = {} is not a multiple of 64 (the GDN chunk)", file,
+                            p.pipeline_micro_batch));
   if (auto arr = t["kernel"].as_array()) {
     for (const auto& e : *arr) {
       const toml::table* kt = e.as_table();
@@ -284,10 +333,16 @@ Plan Plan::read(const std::string& dir) {
     throw Error(fmt::format("{}/graph.ir: {}", dir, e.what()));
   }
   const int64_t last = p.placement.back().last_layer;
+  std::set<std::string> stage_devices;
+  for (const Placement& pl : p.placement) stage_devices.insert(pl.device);
   for (const Op& op : p.graph.ops) {
     const int64_t L = op.i_or("layer", -2);
     if (L < -1 || L > last + 1)
       throw Error(fmt::format("{}/graph.ir: {} has layer {} outside -1..{}", dir, op.describe(), L, last + 1));
+    if (!op.has("device") || !stage_devices.count(op.s("device")))
+      throw Error(fmt::format("{}/graph.ir: {} is not on a device of the placement", dir, op.describe()));
+    if (op.kind == OpKind::bridge && !stage_devices.count(op.s("from")))
+      throw Error(fmt::format("{}/graph.ir: {} comes from a device not in the placement", dir, op.describe()));
   }
   return p;
 }

@@ -12,10 +12,17 @@
 
 namespace qrig::ir {
 
+// One stage of the pipeline: a device and the contiguous layers it runs (the first stage also runs the token
+// embedding, the last the output norm and lm_head). Stages run in order; the residual stream crosses between them.
 struct Placement {
-  std::string device;      // "cpu" or "cuda:N"
+  std::string device;      // "cpu", "cpu:N" (a stage of a multi-stage CPU plan) or "cuda:N" (N: the stage index)
+  int64_t ordinal = -1;    // cuda: the CUDA device the stage runs on (several stages may share one for tests); cpu: -1
   int64_t first_layer = 0;
   int64_t last_layer = 0;  // inclusive
+  // The placement pass's cost model for this stage (why it got these layers): prefill matmul time per token at
+  // the device's dp4a rate, decode bytes per token at its bandwidth.
+  double prefill_us_per_token = 0;
+  double decode_us_per_token = 0;
 };
 
 // What one device holds, in bytes, as the runtime allocates it (the memory pass lays it out; the CUDA
@@ -40,6 +47,7 @@ struct MemoryPlan {
   int64_t budget_bytes = 0;              // what the smallest device offers the plan
   int64_t snapshot_bytes = 0;            // one snapshot (a sequence's recurrent state)
   int64_t snapshots_per_slot = 0;        // prefix-cache snapshots the engine may hold per slot
+  int64_t bridge_host_bytes = 0;         // pipelines: pinned host buffers between stages (two per boundary)
   std::vector<DeviceMemory> devices;     // per device of the placement
 };
 
@@ -79,6 +87,16 @@ struct Plan {
   int64_t max_sequences = 1;   // sequence slots
   int64_t max_batch_tokens = 0;  // tokens per forward call (prefill chunk)
   int64_t max_logit_rows = 0;  // output rows (logits) per step
+  // Several stages: a step's tokens cross the pipeline in micro-batches of at most this many rows (a multiple of
+  // gdn_chunk), so with S stages up to S micro-batches are in flight; each stage's activations, kernels and
+  // buffers are planned for this many rows. 0: one stage (a call runs up to max_batch_tokens rows).
+  int64_t pipeline_micro_batch = 0;
+  // Several stages: a step of single-token pieces (decode) is cut into groups of at least this many sequences, at
+  // most one per stage, so that stages work on different groups at once; the placement pass sets it where a
+  // group's compute time reaches the time to read the stage's weights (below that, a group costs what the whole
+  // batch does). 0: one stage.
+  int64_t pipeline_decode_group_rows = 0;
+  int64_t rows_per_call() const { return pipeline_micro_batch > 0 ? pipeline_micro_batch : max_batch_tokens; }
   int64_t gdn_chunk = 64;      // chunk length of chunked GDN
   int64_t gdn_recurrent_below = 16;  // steps with fewer tokens per sequence run the recurrent GDN
   // GPU matmuls over at most this many activation rows quantize them to two int8 planes (~15 bits: decode is
@@ -99,5 +117,10 @@ struct Plan {
   static Plan read(const std::string& dir);   // throws Error with the file and what is wrong
   std::string to_toml() const;
 };
+
+// The smallest micro-batch the pipeline's cutting rule allows (runtime/pipeline.h pipeline_units): a last piece
+// shorter than max(gdn_recurrent_below, precise_rows + 1) takes whole 64-token chunks of the piece before it, which
+// must keep that length itself.
+int64_t pipeline_min_micro_batch(const Plan& p);
 
 }  // namespace qrig::ir

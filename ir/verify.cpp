@@ -1,5 +1,6 @@
 // Structural verification of a graph (ir.h verify): names, definitions before use, the schema of every op
 // (ops.h), state references, and where quantized (q8) values may appear.
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@ namespace qrig::ir {
 void verify(const Graph& g) {
   std::set<std::string> defined, states;
   std::set<std::string> q8_values;
+  std::map<std::string, std::string> device_of;  // values made by ops placed on a device (inputs are everywhere)
   auto define = [&](const std::string& n, const char* what) {
     if (n.empty()) throw Error(fmt::format("IR: empty {} name", what));
     if (!defined.insert(n).second) throw Error(fmt::format("IR: value %{} defined twice", n));
@@ -36,6 +38,21 @@ void verify(const Graph& g) {
     for (const char* key : {"state", "k_cache", "v_cache"})
       if (op.has(key) && !states.count(op.s(key)))
         throw Error(fmt::format("IR: {} refers to undeclared state %{}", op.describe(), op.s(key)));
+    // Placed ops read values of their own device; only a bridge moves a value to another (from -> to).
+    if (op.has("device")) {
+      const std::string& dev = op.s("device");
+      if (op.kind == OpKind::bridge && (op.s("to") != dev || op.s("from") == dev))
+        throw Error(fmt::format("IR: {} runs on its destination device and goes from one device to another",
+                                op.describe()));
+      const std::string want = op.kind == OpKind::bridge ? op.s("from") : dev;
+      for (const std::string& a : op.args) {
+        auto it = device_of.find(a);
+        if (it != device_of.end() && it->second != want)
+          throw Error(fmt::format("IR: {} on {} reads %{} of {} (values cross devices only through a bridge)",
+                                  op.describe(), want, a, it->second));
+      }
+      for (const std::string& r : op.results) device_of[r] = dev;
+    }
     // Quantized activations are made by quantize / rmsnorm_quant and read only by matmuls.
     const bool reads_q8 = op.kind == OpKind::matmul || op.kind == OpKind::matmul_stack;
     for (const std::string& a : op.args)

@@ -28,6 +28,16 @@ struct Snapshot {
   int64_t position = 0;
 };
 
+// Pipelines (runtime/pipeline.h): where one stage's time went since the last reset_stage_stats().
+struct StageStats {
+  std::string device;
+  double busy_s = 0;         // computing its units
+  double bridge_s = 0;       // its outgoing boundary moving units (device -> host -> next device), concurrent with
+                             // computing
+  int64_t bridge_bytes = 0;  // bytes that boundary moved
+  int64_t units = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -60,6 +70,9 @@ class Backend {
   virtual std::shared_ptr<Snapshot> save(int slot) const = 0;
   virtual void restore(int slot, const Snapshot& snap) = 0;
   virtual int64_t snapshot_bytes() const = 0;
+  // Pipelines: per stage, in placement order; empty for one-device backends.
+  virtual std::vector<StageStats> stage_stats() const { return {}; }
+  virtual void reset_stage_stats() {}
 };
 
 // Where a backend is while it binds a plan's weights (make_backend), for a progress display.
@@ -79,6 +92,9 @@ struct BackendOptions {
   // stage. The CPU backend then reads every page of the mapped weights (what it reports is the disk read, which
   // the first request would otherwise pay); the CUDA backend reports each weight it uploads.
   LoadProgressFn progress;
+  // Pipelines, test and benchmark aid (runtime/pipeline.h PipelineOptions): each bridge crossing also waits what
+  // a host link of this many GB/s each way would take; 0 = none.
+  double simulate_link_gbps = 0;
 };
 
 // The backend a plan asks for. Throws RuntimeError when this build cannot run it (e.g. no CUDA backend).

@@ -215,7 +215,8 @@ void choose_kernels(CompileContext& cx) {
           break;
         }
         case ir::OpKind::gather_rows:
-          break;  // device-to-device copies of the chosen rows, no kernel
+        case ir::OpKind::bridge:
+          break;  // device-to-device copies (of the chosen rows; of the rows a bridge brought), no kernel
       }
     } catch (const kernels::KernelError& e) {
       throw CompileError(fmt::format("{}: {}", op.describe(), e.what()));

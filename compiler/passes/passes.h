@@ -6,6 +6,16 @@
 
 namespace qrig::compiler::passes {
 
+constexpr int64_t kSnapshotsPerSlot = 4;  // prefix-cache snapshots of recurrent state per slot (plan_memory)
+
+// Bytes of one weight as a backend holds it: CUDA uploads Q8_0 matrices repacked (int8 values + fp16 scales: the
+// file's bytes) and f32 vectors as they are; the CPU maps the file's bytes.
+int64_t device_weight_bytes(const gguf::TensorInfo& t, bool cuda);
+
+// The rig devices the plan's stages run on, in stage order: those of the backend's kind (at most --gpus GPUs), at
+// most one per layer. place_layers places stage s on element s; plan_memory budgets each stage by it.
+std::vector<const RigDevice*> pipeline_devices(const CompileContext& cx);
+
 void select_backend(CompileContext& cx);          // cpu or cuda, kernel family, arch target, tuning data
 void place_layers(CompileContext& cx);            // layer ranges per device; every op's device
 void choose_kv_format(CompileContext& cx);        // key and value cache element types

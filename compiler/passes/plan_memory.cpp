@@ -20,7 +20,6 @@ namespace qrig::compiler::passes {
 namespace {
 
 constexpr int64_t kAlign = 256;
-constexpr int64_t kSnapshotsPerSlot = 4;    // prefix-cache snapshots of recurrent state per slot
 constexpr int64_t kTopKAdjustPerRow = 8192;  // bias + penalty entries a row may carry on the GPU's sampling path
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
@@ -31,15 +30,6 @@ bool is_mtp_tensor(const std::string& name, const Qwen35Params& hp) {
   return false;
 }
 
-// Bytes of one device-resident weight as the CUDA executor uploads it: Q8_0 matrices repacked (int8 values +
-// fp16 scales: the file's bytes), f32 vectors as they are.
-int64_t cuda_weight_bytes(const gguf::TensorInfo& t) {
-  if (t.type == gguf::TensorType::Q8_0 && t.ne.size() == 2) {
-    const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
-    return rows * cols + rows * (cols / 32) * 2;
-  }
-  return (int64_t)t.n_elements * 4;
-}
 
 // Bytes of a result value in the arena at `rows` rows: f32 rows, or the planes and scales of a q8 value.
 int64_t value_bytes(const ir::Type& t, int64_t rows, int64_t precise_rows) {
@@ -61,7 +51,7 @@ struct DeviceParts {
 // (and `scratch`) on the ops. Returns the arena bytes.
 int64_t layout_arena(ir::Plan& p, const std::string& device, int64_t context) {
   ir::Graph& g = p.graph;
-  const int64_t max_t = p.max_batch_tokens, max_r = p.max_logit_rows;
+  const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;
   std::map<std::string, int64_t> last_use;
   for (size_t i = 0; i < g.ops.size(); ++i)
     for (const auto& a : g.ops[i].args) last_use[a] = (int64_t)i;
@@ -115,6 +105,15 @@ int64_t layout_arena(ir::Plan& p, const std::string& device, int64_t context) {
 
 }  // namespace
 
+int64_t device_weight_bytes(const gguf::TensorInfo& t, bool cuda) {
+  if (!cuda) return (int64_t)t.n_bytes;
+  if (t.type == gguf::TensorType::Q8_0 && t.ne.size() == 2) {
+    const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
+    return rows * cols + rows * (cols / 32) * 2;
+  }
+  return (int64_t)t.n_elements * 4;
+}
+
 void plan_memory(CompileContext& cx) {
   ir::Plan& p = cx.plan;
   ir::MemoryPlan& m = p.memory;
@@ -147,13 +146,14 @@ void plan_memory(CompileContext& cx) {
       counted[op.s("device") + "/" + w] = true;
       const gguf::TensorInfo* t = cx.file.find_tensor(w);
       if (!t) throw CompileError(fmt::format("{}: tensor '{}' is missing", op.describe(), w));
-      const int64_t b = cuda ? cuda_weight_bytes(*t) : (int64_t)t->n_bytes;
+      const int64_t b = device_weight_bytes(*t, cuda);
       d.mem.weights += b;
     }
     if (cuda && op.kind == ir::OpKind::rope) d.mem.weights += op.i("rope_dims") / 2 * 8;  // inv_freq (f64)
   }
-  if (!cuda) {
-    // The CPU maps the file: every tensor of the main model is resident (the MTP block is kept aside).
+  if (!cuda && order.size() == 1) {
+    // The CPU maps the file: every tensor of the main model is resident (the MTP block is kept aside). Stages of a
+    // multi-stage CPU plan count the tensors their ops read (the pages each touches).
     parts.at(order[0]).mem.weights = 0;
     for (const auto& t : cx.file.tensors())
       if (!is_mtp_tensor(t.name, hp)) parts.at(order[0]).mem.weights += (int64_t)t.n_bytes;
@@ -187,28 +187,36 @@ void plan_memory(CompileContext& cx) {
   m.snapshot_bytes = 0;
   for (const auto& dev : order) m.snapshot_bytes += parts.at(dev).state_bytes;
 
-  // Budgets: the smallest device of the backend's kind.
-  double gib = 1e300;
-  int n_dev = 0;
-  for (const auto& d : cx.rig.devices)
-    if ((p.backend == "cpu") == (d.kind == "cpu")) { gib = std::min(gib, d.memory_gib); ++n_dev; }
-  if (n_dev == 0) throw CompileError("rig has no device for the chosen backend");
+  // Budgets: each stage's device (the placement pass's devices, in stage order); budget_bytes is the smallest.
+  const std::vector<const RigDevice*> stage_devs = pipeline_devices(cx);
+  if (stage_devs.size() < order.size()) throw CompileError("the placement names more stages than the rig has devices");
   // GPUs: leave the runtime its headroom (CompileOptions::gpu_memory_utilization).
   const double use = cx.options.gpu_memory_utilization;
   if (cuda && !(use > 0 && use <= 1))
     throw CompileError(fmt::format("the GPU memory fraction (--gpu-memory-utilization) must be in (0, 1], not {}", use));
-  m.budget_bytes = (int64_t)(gib * 1024 * 1024 * 1024 * (cuda ? use : 1.0));
+  std::map<std::string, int64_t> budget_of;
+  m.budget_bytes = INT64_MAX;
+  double gib = 1e300;
+  for (size_t s = 0; s < order.size(); ++s) {
+    budget_of[order[s]] = (int64_t)(stage_devs[s]->memory_gib * 1024 * 1024 * 1024 * (cuda ? use : 1.0));
+    m.budget_bytes = std::min(m.budget_bytes, budget_of[order[s]]);
+    gib = std::min(gib, stage_devs[s]->memory_gib);
+  }
   if (cuda)
-    p.notes.push_back(fmt::format("memory: the plan may use {:.2f} of each GPU's {:.1f} GiB ({:.1f} GiB; "
-                                  "--gpu-memory-utilization), the rest is the runtime's headroom", use, gib,
-                                  (double)m.budget_bytes / (1 << 30)));
+    p.notes.push_back(fmt::format("memory: the plan may use {:.2f} of each GPU's memory ({:.1f} GiB of the smallest "
+                                  "{:.1f} GiB; --gpu-memory-utilization), the rest is the runtime's headroom", use,
+                                  (double)m.budget_bytes / (1 << 30), gib));
+  // Bridges: two pinned host buffers per stage boundary (double-buffered), each a micro-batch of f32 rows.
+  m.bridge_host_bytes = 0;
+  for (const ir::Op& op : p.graph.ops)
+    if (op.kind == ir::OpKind::bridge) m.bridge_host_bytes += 2 * p.rows_per_call() * op.types[0].shape.back() * 4;
 
   // Everything but the KV caches, per device, for a context length (the attention scratch grows with it).
-  const int64_t max_t = p.max_batch_tokens, max_r = p.max_logit_rows;
+  const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;
   auto fixed_parts = [&](int64_t context) {
     for (const auto& dev : order) {
       DeviceParts& d = parts.at(dev);
-      d.mem.budget = m.budget_bytes;
+      d.mem.budget = budget_of.at(dev);
       d.mem.states = slots * d.state_bytes;
       d.mem.snapshots = slots * m.snapshots_per_slot * d.state_bytes;
       if (cuda) {
@@ -220,6 +228,7 @@ void plan_memory(CompileContext& cx) {
         int64_t act = 0;
         for (const auto& op : p.graph.ops)
           for (const auto& t : op.types) {
+            if (op.s("device") != dev) continue;
             int64_t e = 1;
             for (int64_t x : t.shape) e *= x < 0 ? max_t : x;
             act += e * 4;
@@ -273,6 +282,11 @@ void plan_memory(CompileContext& cx) {
     m.devices.push_back(d.mem);
   }
   if (cuda) p.graph.set_attr("top_k_adjust_per_row", kTopKAdjustPerRow);
+  if (p.pipeline_micro_batch > 0 && p.pipeline_micro_batch < p.max_batch_tokens &&
+      p.pipeline_micro_batch < ir::pipeline_min_micro_batch(p))
+    throw CompileError(fmt::format("the pipeline micro-batch (--micro-batch) of {} tokens is below {}: a short last "
+                                   "piece of a prefill takes whole 64-token chunks from the piece before it",
+                                   p.pipeline_micro_batch, ir::pipeline_min_micro_batch(p)));
   p.notes.push_back(fmt::format("memory: weights {:.1f} MiB, kv {} B/token, state {:.1f} MiB/sequence, activations "
                                 "{:.1f} MiB, snapshots {} x {:.1f} MiB per slot; context {} tokens x {} sequences "
                                 "(model max {}, fits {})",

@@ -16,6 +16,11 @@ void quantize_matmul_inputs(CompileContext& cx) {
   if (p.kernel_family == "reference") return;
   const int64_t asked = cx.options.precise_rows;
   p.precise_rows = std::min(asked < 0 ? kDefaultPreciseRows : asked, cx.options.max_batch_tokens);
+  // A pipeline cuts prefill inputs into pieces of 64 tokens or more: so that each piece's matmul inputs are
+  // quantized as the whole input's would be, two planes stop below that (or cover every matmul).
+  if (p.pipeline_micro_batch > 0 && p.precise_rows >= 64 && p.precise_rows < cx.options.max_batch_tokens)
+    throw CompileError(fmt::format("--precise-rows {}: a pipeline plan takes two planes below 64 rows or in every "
+                                   "matmul (--precise)", p.precise_rows));
   p.notes.push_back(
       p.precise_rows >= cx.options.max_batch_tokens
           ? "activations: two int8 planes (~15 bits) in every matmul"

@@ -9,6 +9,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/cpu/executor.h"
+#include "runtime/pipeline.h"
 
 namespace qrig::runtime {
 
@@ -147,9 +148,110 @@ class CpuBackend final : public Backend {
   std::vector<bool> positional_;
 };
 
+// One stage of a multi-stage CPU plan: the executor bound to the stage's ops, a sequence (its layers' states) per
+// slot, and two input and two output buffers of a micro-batch of rows each.
+class CpuStage final : public PipelineStage {
+ public:
+  CpuStage(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const std::string& device)
+      : device_(device), ex_(plan, std::move(file), device) {
+    for (int64_t s = 0; s < plan.max_sequences; ++s) seqs_.push_back(ex_.new_sequence());
+    for (const auto& st : plan.graph.states) {
+      bool positional = false;
+      for (int64_t d : st.type.shape) positional |= d == ir::kContext;
+      positional_.push_back(positional);
+    }
+    const int64_t rows = plan.rows_per_call();
+    for (const auto& op : plan.graph.ops)
+      if (op.kind == ir::OpKind::bridge && op.s("to") == device) in_width_ = op.types[0].shape.back();
+    for (int b = 0; b < 2; ++b) {
+      in_[b].assign((size_t)(rows * in_width_), NAN);
+      out_[b].assign((size_t)(rows * ex_.bridge_width()), NAN);
+    }
+  }
+  const std::string& device() const override { return device_; }
+  int64_t out_width() const override { return ex_.bridge_width(); }
+  int64_t vocab_rows() const override { return ex_.vocab_rows(); }
+  int64_t position(int slot) const override { return seq(slot).n_past; }
+  void reset(int slot) override { seq(slot).reset(); }
+  std::shared_ptr<Snapshot> save(int slot) const override {
+    auto snap = std::make_shared<CpuSnapshot>();
+    const CpuSequence& s = seq(slot);
+    snap->position = s.n_past;
+    for (size_t i = 0; i < s.buffers.size(); ++i)
+      snap->states.push_back(positional_[i] ? std::vector<float>() : s.buffers[i]);
+    return snap;
+  }
+  void restore(int slot, const Snapshot& snap) override {
+    const auto* cs = dynamic_cast<const CpuSnapshot*>(&snap);
+    CpuSequence& s = seq(slot);
+    if (!cs || cs->states.size() != s.buffers.size()) throw RuntimeError("snapshot of another backend");
+    for (size_t i = 0; i < s.buffers.size(); ++i)
+      if (!positional_[i] && cs->states[i].size() != s.buffers[i].size())
+        throw RuntimeError("snapshot of another stage");
+    for (size_t i = 0; i < s.buffers.size(); ++i)
+      if (!positional_[i]) s.buffers[i] = cs->states[i];
+    s.n_past = cs->position;
+  }
+  int64_t snapshot_bytes() const override {
+    int64_t b = 0;
+    for (size_t i = 0; i < positional_.size(); ++i)
+      if (!positional_[i]) b += (int64_t)seqs_[0].buffers[i].size() * 4;
+    return b;
+  }
+  void compute(const PipelineUnit& u, const std::vector<StepInput>& batch, int buf,
+               const PipelineResults& res) override {
+    int64_t row = 0;
+    for (const PipelinePiece& p : u.pieces) {
+      const auto& all = batch[(size_t)p.input].tokens;
+      const std::vector<int32_t> tokens(all.begin() + p.begin, all.begin() + p.begin + p.count);
+      std::vector<int32_t> rows;
+      if (p.want_logits) rows.push_back((int32_t)p.count - 1);
+      const float* in = ex_.first_stage() ? nullptr : in_[buf].data() + row * in_width_;
+      float* out = ex_.last_stage() ? nullptr : out_[buf].data() + row * out_width();
+      auto logits = ex_.forward(seq(p.slot), tokens, rows, nullptr, in, out);
+      if (p.want_logits && ex_.last_stage()) (*res.logits)[(size_t)p.input] = std::move(logits);
+      row += p.count;
+    }
+  }
+  void download(int buf, float* host, int64_t rows) override {
+    std::copy(out_[buf].begin(), out_[buf].begin() + rows * out_width(), host);
+  }
+  void upload(const float* host, int buf, int64_t rows) override {
+    std::copy(host, host + rows * in_width_, in_[buf].begin());
+  }
+  std::shared_ptr<float> host_buffer(int64_t floats) override {
+    return std::shared_ptr<float>(new float[(size_t)std::max<int64_t>(1, floats)], std::default_delete<float[]>());
+  }
+
+ private:
+  CpuSequence& seq(int slot) {
+    if (slot < 0 || slot >= (int)seqs_.size()) throw RuntimeError(fmt::format("no slot {}", slot));
+    return seqs_[(size_t)slot];
+  }
+  const CpuSequence& seq(int slot) const { return const_cast<CpuStage*>(this)->seq(slot); }
+
+  std::string device_;
+  CpuExecutor ex_;
+  std::vector<CpuSequence> seqs_;
+  std::vector<bool> positional_;
+  int64_t in_width_ = 0;
+  std::vector<float> in_[2], out_[2];
+};
+
 }  // namespace
 
+std::vector<std::unique_ptr<PipelineStage>> make_cpu_stages(const ir::Plan& plan) {
+  auto file = open_plan_model(plan);
+  std::vector<std::unique_ptr<PipelineStage>> stages;
+  for (const auto& pl : plan.placement) stages.push_back(std::make_unique<CpuStage>(plan, file, pl.device));
+  return stages;
+}
+
 std::unique_ptr<Backend> make_cpu_backend(const ir::Plan& plan, const BackendOptions& opt) {
+  if (plan.placement.size() > 1) {
+    if (opt.progress) read_weights_in(plan, *open_plan_model(plan), opt.progress);
+    return make_pipeline(plan, make_cpu_stages(plan), PipelineOptions{opt.simulate_link_gbps});
+  }
   return std::make_unique<CpuBackend>(plan, opt);
 }
 

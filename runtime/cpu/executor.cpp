@@ -122,6 +122,7 @@ constexpr std::array<BindFn, ir::kOpKindCount> kBind = [] {
   t[(size_t)OpKind::kv_write] = bind_none;
   t[(size_t)OpKind::attention] = bind_none;
   t[(size_t)OpKind::gather_rows] = bind_none;
+  t[(size_t)OpKind::bridge] = bind_none;
   return t;
 }();
 
@@ -135,6 +136,7 @@ struct RunCx {
   const std::vector<int32_t>& pos;
   const std::vector<int32_t>& rows;
   int64_t T, R;
+  const float* hidden_in = nullptr;  // a stage's incoming bridge rows
   float* val(int id) const { return vals[(size_t)id].data(); }
   int64_t n(const Step& s) const { return s.b->rows ? R : T; }
   float* out(const Step& s, size_t k = 0) const { return val(s.b->results[k]); }
@@ -234,6 +236,14 @@ void run_gather_rows(const RunCx& c, const Step& s) {
     std::copy(x + c.rows[(size_t)r] * w, x + (c.rows[(size_t)r] + 1) * w, c.out(s) + r * w);
 }
 
+// The receiving side of a bridge: the rows arrived in the stage's input (RunCx::hidden_in); in a one-stage
+// executor of a multi-stage plan (every op), the value itself.
+void run_bridge(const RunCx& c, const Step& s) {
+  const int64_t n = c.T * c.g.width(s.b->results[0]);
+  const float* src = c.hidden_in ? c.hidden_in : c.in(s, 0);
+  std::copy(src, src + n, c.out(s));
+}
+
 constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   std::array<RunFn, ir::kOpKindCount> t{};
   t[(size_t)OpKind::embed] = run_embed;
@@ -252,6 +262,7 @@ constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   t[(size_t)OpKind::kv_write] = run_kv_write;
   t[(size_t)OpKind::attention] = run_attention;
   t[(size_t)OpKind::gather_rows] = run_gather_rows;
+  t[(size_t)OpKind::bridge] = run_bridge;
   return t;
 }();
 
@@ -266,36 +277,57 @@ bool cpu_op_tables_complete() {
 CpuExecutor::~CpuExecutor() = default;
 CpuExecutor::CpuExecutor(CpuExecutor&&) noexcept = default;
 
-CpuExecutor::CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file)
-    : plan_(plan), file_(std::move(file)) {
+CpuExecutor::CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const std::string& device)
+    : plan_(plan), file_(std::move(file)), device_(device) {
   if (plan_.backend != "cpu")
     throw RuntimeError(fmt::format("the CPU executor cannot run a '{}' plan", plan_.backend));
+  if (!device_.empty()) {
+    bool found = false;
+    for (const auto& pl : plan_.placement) found |= pl.device == device_;
+    if (!found) throw RuntimeError(fmt::format("the plan has no stage on '{}'", device_));
+  }
   if (plan_.threads > 0) cpu::set_num_threads((int)plan_.threads);
   graph_ = std::make_unique<BoundGraph>(plan_);
+  own_state_.assign(graph_->states.size(), device_.empty());
   const BindCx cx{*file_, *graph_, vocab_rows_};
   for (const BoundOp& b : graph_->ops) {
+    const std::string& dev = b.op->s("device");
+    if (!device_.empty() && b.kind == OpKind::bridge && b.op->s("from") == device_) bridge_out_ = b.args[0];
+    if (!device_.empty() && dev != device_) continue;
+    if (!device_.empty() && b.kind == OpKind::bridge) bridge_in_ = b.results[0];
+    for (int st : {b.state, b.k_state, b.v_state})
+      if (st >= 0) own_state_[(size_t)st] = true;
     Step s;
     s.b = &b;
     kBind[(size_t)b.kind](cx, s);
     steps_.push_back(std::move(s));
   }
+  // Stages without the embedding still take token ids (for the step's shape and checks): the table's rows.
+  if (vocab_rows_ <= 0)
+    if (const gguf::TensorInfo* t = file_->find_tensor("token_embd.weight"); t && t->ne.size() == 2)
+      vocab_rows_ = (int64_t)t->ne[1];
   if (vocab_rows_ <= 0) throw RuntimeError("graph has no embedding");
 }
 
+int64_t CpuExecutor::bridge_width() const { return bridge_out_ < 0 ? 0 : graph_->width(bridge_out_); }
+
 CpuSequence CpuExecutor::new_sequence() const {
   CpuSequence s;
-  for (const auto& st : graph_->states) s.buffers.emplace_back((size_t)st.elements, 0.0f);
+  for (size_t i = 0; i < graph_->states.size(); ++i)
+    s.buffers.emplace_back(own_state_[i] ? (size_t)graph_->states[i].elements : 0, 0.0f);
   return s;
 }
 
 int64_t CpuExecutor::sequence_bytes() const {
   int64_t b = 0;
-  for (const auto& st : graph_->states) b += st.elements * 4;
+  for (size_t i = 0; i < graph_->states.size(); ++i)
+    if (own_state_[i]) b += graph_->states[i].elements * 4;
   return b;
 }
 
 std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int32_t>& tokens,
-                                        const std::vector<int32_t>& rows, const TapFn& tap) const {
+                                        const std::vector<int32_t>& rows, const TapFn& tap, const float* hidden_in,
+                                        float* hidden_out) const {
   const int64_t T = (int64_t)tokens.size();
   const int64_t R = (int64_t)rows.size();
   if (T == 0) throw RuntimeError("forward with no tokens");
@@ -307,12 +339,15 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
     if (t < 0 || t >= vocab_rows_) throw RuntimeError(fmt::format("token id {} is out of range [0, {})", t, vocab_rows_));
   for (int32_t r : rows)
     if (r < 0 || r >= T) throw RuntimeError(fmt::format("output row {} is out of range [0, {})", r, T));
+  if ((bridge_in_ >= 0) != (hidden_in != nullptr) || (bridge_out_ >= 0) != (hidden_out != nullptr))
+    throw RuntimeError(fmt::format("stage {}: the incoming and outgoing rows must be given exactly where the stage "
+                                   "has bridges", device_));
 
   std::vector<int32_t> pos((size_t)T);
   for (int64_t t = 0; t < T; ++t) pos[(size_t)t] = (int32_t)(seq.n_past + t);
   // Everything that can be wrong with the request was checked above: from here on the states change.
   std::vector<std::vector<float>> vals(graph_->values.size());
-  const RunCx cx{*graph_, vals, seq, tokens, pos, rows, T, R};
+  const RunCx cx{*graph_, vals, seq, tokens, pos, rows, T, R, hidden_in};
   for (const Step& s : steps_) {
     const int64_t n = s.b->rows ? R : T;
     for (int r : s.b->results) vals[(size_t)r].assign((size_t)(n * graph_->width(r)), NAN);
@@ -320,6 +355,11 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
     if (tap && !s.b->tap.empty()) tap(s.b->tap, cx.out(s), n, graph_->width(s.b->results[0]));
   }
   seq.n_past += T;
+  if (bridge_out_ >= 0) {
+    const auto& v = vals[(size_t)bridge_out_];
+    std::copy(v.begin(), v.end(), hidden_out);
+    return {};
+  }
   return std::move(vals[(size_t)graph_->logits]);
 }
 

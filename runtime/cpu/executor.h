@@ -28,8 +28,11 @@ struct CpuSequence {
 
 class CpuExecutor {
  public:
-  // Binds every weight the graph names to the GGUF (which must be the file the plan was compiled for).
-  CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file);
+  // Binds every weight the graph names to the GGUF (which must be the file the plan was compiled for). With a
+  // device (one stage of a multi-stage plan: a placement's device), only that stage's ops: it reads the residual
+  // stream its bridge brings in (forward's hidden_in) and hands on what the next stage's bridge takes (hidden_out);
+  // its sequences hold only its own layers' states. Empty: the whole graph (a one-stage plan).
+  CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const std::string& device = {});
   ~CpuExecutor();
   CpuExecutor(CpuExecutor&&) noexcept;
 
@@ -39,8 +42,15 @@ class CpuExecutor {
   // Runs T = tokens.size() new tokens at positions seq.n_past..; returns the logits of the requested rows
   // (indices into tokens) as rows.size() x vocab floats. Throws RuntimeError on context overflow or bad ids
   // (checked before any state changes).
+  // A stage: hidden_in holds T rows of the incoming bridge's width (stages after the first), hidden_out receives
+  // T rows of the outgoing one (stages before the last; the result is then empty).
   std::vector<float> forward(CpuSequence& seq, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rows,
-                             const TapFn& tap = nullptr) const;
+                             const TapFn& tap = nullptr, const float* hidden_in = nullptr,
+                             float* hidden_out = nullptr) const;
+  bool first_stage() const { return bridge_in_ < 0; }
+  bool last_stage() const { return bridge_out_ < 0; }
+  int64_t bridge_width() const;  // values per row the outgoing bridge carries (0: last stage)
+  const std::string& device() const { return device_; }
 
   const ir::Plan& plan() const { return plan_; }
   int64_t vocab_rows() const { return vocab_rows_; }
@@ -53,6 +63,10 @@ class CpuExecutor {
   std::unique_ptr<BoundGraph> graph_;
   std::vector<Step> steps_;
   int64_t vocab_rows_ = 0;
+  std::string device_;         // the stage's device; empty: every op
+  int bridge_in_ = -1;         // value id the incoming bridge defines (-1: first stage)
+  int bridge_out_ = -1;        // value id the outgoing bridge reads (-1: last stage)
+  std::vector<bool> own_state_;  // per graph state: read or written by this stage's ops
 };
 
 // Whether the CPU bind and run tables have a row for every op kind (ir/ops.h; tests check it).

@@ -117,6 +117,12 @@ struct CudaExecutor::Impl {
   std::vector<CudaStep> steps;
   std::vector<Slot> slots;
 
+  // A pipeline stage (CudaOptions::stage): its device, the input buffer of the current unit (rows the boundary
+  // uploaded; read by the bridge op), and the value the outgoing bridge takes.
+  std::string stage;
+  float* stage_in = nullptr;
+  int stage_out_value = -1;
+
   void bind();  // executor_bind.cpp
   void upload_weights();  // executor_weights.cpp
   const cuda::LoadedKernel* load(const cuda::Variant& v);

@@ -179,6 +179,7 @@ constexpr std::array<KernelsFn, ir::kOpKindCount> kKernels = [] {
   t[(size_t)OpKind::kv_write] = kernels_kv_write;
   t[(size_t)OpKind::attention] = kernels_attention;
   t[(size_t)OpKind::gather_rows] = kernels_none;
+  t[(size_t)OpKind::bridge] = kernels_none;
   return t;
 }();
 
@@ -309,6 +310,7 @@ constexpr std::array<ResFn, ir::kOpKindCount> kResources = [] {
   t[(size_t)OpKind::kv_write] = res_none;
   t[(size_t)OpKind::attention] = res_attention;
   t[(size_t)OpKind::gather_rows] = res_none;
+  t[(size_t)OpKind::bridge] = res_none;
   return t;
 }();
 
@@ -384,6 +386,13 @@ void run_gather_rows(const StepCx& c, const CudaStep& s) {
     cuda::copy_on_device(s.out[0] + r * w, x + (int64_t)c.out_rows[(size_t)r] * w, (size_t)w * 4, c.stream,
                          "gather of output rows");
 }
+// The receiving side of a bridge: on a pipeline stage the rows arrived in the stage's input buffer (uploaded by the
+// boundary before the step); in an executor of every op, the argument itself.
+void run_bridge(const StepCx& c, const CudaStep& s) {
+  const int64_t w = c.m.graph->width(s.b->results[0]);
+  const float* src = c.m.stage_in ? c.m.stage_in : f32_in(c, s, 0);
+  cuda::copy_on_device(s.out[0], src, (size_t)(c.T * w) * 4, c.stream, "bridge rows into the stage");
+}
 // Ops on a sequence's own state: once per input of the step, on its rows.
 void run_per_sequence(const StepCx& c, const CudaStep& s) {
   Impl& m = c.m;
@@ -443,6 +452,7 @@ constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   t[(size_t)OpKind::kv_write] = run_per_sequence;
   t[(size_t)OpKind::attention] = run_per_sequence;
   t[(size_t)OpKind::gather_rows] = run_gather_rows;
+  t[(size_t)OpKind::bridge] = run_bridge;
   return t;
 }();
 

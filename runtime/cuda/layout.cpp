@@ -102,7 +102,8 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
       case ir::OpKind::swiglu:
       case ir::OpKind::kv_write:
       case ir::OpKind::attention:
-      case ir::OpKind::gather_rows: break;
+      case ir::OpKind::gather_rows:
+      case ir::OpKind::bridge: break;
     }
   }
   for (const auto& w : L.weights) L.weight_bytes += w.bytes;

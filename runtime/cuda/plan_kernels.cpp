@@ -20,7 +20,7 @@ std::vector<Variant> plan_kernels(const ir::Plan& plan) {
   const ir::Graph& g = plan.graph;
   for (const ir::Op& op : g.ops) {
     if (!op.has("kernel")) {
-      if (op.kind != ir::OpKind::gather_rows)
+      if (op.kind != ir::OpKind::gather_rows && op.kind != ir::OpKind::bridge)
         throw KernelError(fmt::format("plan: {} names no kernel (recompile the plan)", op.describe()));
       continue;
     }

@@ -83,7 +83,7 @@ std::map<std::string, int> lines_of(const ir::Plan& p, std::set<std::string>& na
     return nullptr;
   };
   for (const ir::Op& op : g.ops) {
-    if (op.kind == ir::OpKind::gather_rows) continue;
+    if (op.kind == ir::OpKind::gather_rows || op.kind == ir::OpKind::bridge) continue;
     REQUIRE(op.has("kernel"));
     const std::string k = op.s("kernel");
     add_names(named, k);

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -24,13 +25,25 @@ namespace qrig::test {
 
 inline const std::string kTiny = qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf";
 
+// The engine tests run on a one-stage plan, and again (ctest entry runtime_pipeline) with QRIG_TEST_CPU_STAGES=3 on
+// a 3-stage pipeline of CPU stages, which must behave the same (its logits are the one-stage plan's bit for bit).
+inline int test_cpu_stages() {
+  const char* e = std::getenv("QRIG_TEST_CPU_STAGES");
+  return e && *e ? std::max(1, std::atoi(e)) : 1;
+}
+
 inline ir::Plan plan_for(int64_t slots, int64_t ctx = 256, int64_t batch = 512) {
   gguf::File f = gguf::File::open(kTiny);
   compiler::CompileOptions co;
   co.context_length = ctx;
   co.max_sequences = slots;
   co.max_batch_tokens = batch;
-  return compiler::compile(f, compiler::Rig::parse("[[device]]\nkind=\"cpu\"\nmemory_gib=2.0\n", "t"), co);
+  co.micro_batch = std::max<int64_t>(128, batch / 2 / 64 * 64);
+  std::string rig;
+  for (int k = 0; k < test_cpu_stages(); ++k) rig += "[[device]]\nkind=\"cpu\"\nmemory_gib=2.0\n";
+  ir::Plan p = compiler::compile(f, compiler::Rig::parse(rig, "t"), co);
+  REQUIRE(p.placement.size() == (size_t)test_cpu_stages());
+  return p;
 }
 
 struct Result {
