@@ -3,7 +3,10 @@
 // of one token; -d D first fills the sequence with D tokens (untimed), so the test runs at depth D. Each test
 // runs once to warm up, then -r times; the table gives mean +- sd of tokens/s over the repetitions, like
 // llama-bench. On CUDA plans the greedy choice is made on the GPU (argmax kernel), so no logits cross the bus;
-// on CPU plans the logits are read and argmaxed on the host.
+// on CPU plans the logits are read and argmaxed on the host. A pipeline plan (several stages) runs through its
+// pipeline backend (logits argmaxed on the host), and a second table gives, per test and stage, the share of the
+// time the stage was computing and the time per token its outgoing bridge spent moving rows (--simulate-link-gbps
+// holds each crossing to what a link of that speed would take: a test aid).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,11 +39,16 @@ class BenchModel {
   virtual int64_t max_step() const = 0;
   virtual std::string backend() const = 0;
   virtual std::string note() const { return {}; }  // a line under the table
+  virtual std::vector<runtime::StageStats> stage_stats() const { return {}; }
+  virtual void reset_stage_stats() {}
 };
 
 class BackendModel final : public BenchModel {
  public:
-  explicit BackendModel(const ir::Plan& plan) : b_(runtime::make_backend(plan)), max_(plan.max_batch_tokens) {}
+  BackendModel(const ir::Plan& plan, const runtime::BackendOptions& opt)
+      : b_(runtime::make_backend(plan, opt)), max_(plan.max_batch_tokens) {}
+  std::vector<runtime::StageStats> stage_stats() const override { return b_->stage_stats(); }
+  void reset_stage_stats() override { b_->reset_stage_stats(); }
   void reset() override { b_->reset(0); }
   int32_t run(const std::vector<int32_t>& tokens, bool last) override {
     auto out = b_->step({runtime::StepInput{0, tokens, last}});
@@ -49,7 +57,10 @@ class BackendModel final : public BenchModel {
     return (int32_t)(std::max_element(l.begin(), l.end()) - l.begin());
   }
   int64_t max_step() const override { return std::max<int64_t>(1, max_); }
-  std::string backend() const override { return b_->plan().backend; }
+  std::string backend() const override {
+    const ir::Plan& p = b_->plan();
+    return p.placement.size() > 1 ? fmt::format("{} pipeline of {} stages", p.backend, p.placement.size()) : p.backend;
+  }
 
  private:
   std::unique_ptr<runtime::Backend> b_;
@@ -120,11 +131,12 @@ double stddev(const std::vector<double>& v) {
 
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv, 2,
-         {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model", "--gpu-memory-utilization"},
+         {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model", "--gpu-memory-utilization",
+          "--simulate-link-gbps"},
          {"--no-cuda-graphs"}, {{"-m", "--model"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
-                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--no-cuda-graphs]");
+                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--no-cuda-graphs] [--simulate-link-gbps F]");
   const auto pps = a.get_int_list("-p", {512});
   const auto tgs = a.get_int_list("-n", {128});
   const auto depths = a.get_int_list("-d", {0});
@@ -148,10 +160,37 @@ int cmd_bench(int argc, char** argv) {
     throw runtime::RuntimeError(fmt::format("the plan allows {} tokens per sequence; these tests need {} (compile it "
                                             "with --ctx {})", plan.context_length, need, need));
   std::unique_ptr<BenchModel> model;
+  const bool pipeline = plan.placement.size() > 1;
+  runtime::BackendOptions bo;
+  bo.cuda_graphs = !a.has("--no-cuda-graphs");
+  bo.simulate_link_gbps = a.get_float("--simulate-link-gbps", 0);
+  if (bo.simulate_link_gbps < 0) throw UsageError("--simulate-link-gbps must be positive");
+  if (bo.simulate_link_gbps > 0 && !pipeline) throw UsageError("--simulate-link-gbps is for plans of several stages");
 #ifdef QRIG_HAVE_CUDA
-  if (plan.backend == "cuda") model = std::make_unique<CudaModel>(plan, !a.has("--no-cuda-graphs"));
+  if (plan.backend == "cuda" && !pipeline) model = std::make_unique<CudaModel>(plan, bo.cuda_graphs);
 #endif
-  if (!model) model = std::make_unique<BackendModel>(plan);
+  if (!model) model = std::make_unique<BackendModel>(plan, bo);
+  struct StageRow {
+    std::string test, device;
+    double busy_share, bridge_ms_per_token;
+  };
+  std::vector<StageRow> stage_rows;
+  // Stage time of the timed part of each repetition only (what ran between b0 and now), summed into acc.
+  auto add_delta = [&](const std::vector<runtime::StageStats>& b0, std::vector<runtime::StageStats>& acc) {
+    const auto now = model->stage_stats();
+    if (acc.empty()) acc.assign(now.size(), runtime::StageStats{});
+    for (size_t k = 0; k < now.size() && k < b0.size(); ++k) {
+      acc[k].device = now[k].device;
+      acc[k].busy_s += now[k].busy_s - b0[k].busy_s;
+      acc[k].bridge_s += now[k].bridge_s - b0[k].bridge_s;
+    }
+  };
+  auto add_stage_rows = [&](const std::string& test, const std::vector<runtime::StageStats>& acc, double wall_s,
+                            int64_t tokens) {
+    for (const auto& s : acc)
+      stage_rows.push_back({test, s.device, wall_s > 0 ? s.busy_s / wall_s : 0,
+                            tokens > 0 ? s.bridge_s * 1e3 / (double)tokens : 0});
+  };
 
   std::mt19937 rng((uint32_t)a.get_int("--seed", 1));
   const int64_t vocab = std::max<int64_t>(2, plan.vocab_real);
@@ -166,28 +205,42 @@ int cmd_bench(int argc, char** argv) {
     for (long long p : pps) {
       if (p <= 0) continue;
       Test t{fmt::format("pp{}{}", p, d ? fmt::format(" @ d{}", d) : ""), p, 0, d, {}};
+      double wall = 0;
+      std::vector<runtime::StageStats> acc;
       for (int r = 0; r <= reps; ++r) {
         model->reset();
         if (d > 0) prefill(*model, random_tokens(d));
         const auto toks = random_tokens(p);
+        const auto b0 = model->stage_stats();
         const auto t0 = clock::now();
         prefill(*model, toks);
         const double s = std::chrono::duration<double>(clock::now() - t0).count();
-        if (r > 0) t.tps.push_back((double)p / s);  // the first run warms up
+        if (r > 0) {  // the first run warms up
+          t.tps.push_back((double)p / s), wall += s;
+          add_delta(b0, acc);
+        }
       }
+      add_stage_rows(t.name, acc, wall, p * reps);
       tests.push_back(t);
     }
     for (long long n : tgs) {
       if (n <= 0) continue;
       Test t{fmt::format("tg{}{}", n, d ? fmt::format(" @ d{}", d) : ""), 0, n, d, {}};
+      double wall = 0;
+      std::vector<runtime::StageStats> acc;
       for (int r = 0; r <= reps; ++r) {
         model->reset();
         int32_t next = prefill(*model, random_tokens(std::max<long long>(d, 1)));
+        const auto b0 = model->stage_stats();
         const auto t0 = clock::now();
         for (long long i = 0; i < n; ++i) next = model->run({next}, true);
         const double s = std::chrono::duration<double>(clock::now() - t0).count();
-        if (r > 0) t.tps.push_back((double)n / s);
+        if (r > 0) {
+          t.tps.push_back((double)n / s), wall += s;
+          add_delta(b0, acc);
+        }
       }
+      add_stage_rows(t.name, acc, wall, n * reps);
       tests.push_back(t);
     }
   }
@@ -206,6 +259,13 @@ int cmd_bench(int argc, char** argv) {
     fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | {} | {:.2f} ± {:.2f} |\n", model_name, (double)bytes / (1 << 30),
                (double)params / 1e9, model->backend(), t.name, mean(t.tps), stddev(t.tps));
   if (const std::string note = model->note(); !note.empty()) fmt::print("\n{}\n", note);
+  if (!stage_rows.empty()) {
+    fmt::print("\n| test | stage | busy share | bridge ms/token |\n| --- | --- | ---: | ---: |\n");
+    for (const auto& r : stage_rows)
+      fmt::print("| {} | {} | {:.2f} | {:.4f} |\n", r.test, r.device, r.busy_share, r.bridge_ms_per_token);
+    if (bo.simulate_link_gbps > 0)
+      fmt::print("\n(bridges held to a simulated {:g} GB/s host link each way)\n", bo.simulate_link_gbps);
+  }
   if (a.has("--json")) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& t : tests)

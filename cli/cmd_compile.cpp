@@ -46,7 +46,6 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.max_sequences = opt.max_sequences;
   co.force_backend = opt.backend;
   co.family = opt.family;
-  co.max_gpus = 1;  // the runtime runs single-GPU plans (the layer pipeline over several GPUs is not built yet)
   co.precise_rows = opt.precise_rows;
   co.max_logit_rows = opt.max_logit_rows;
   co.ptx_jit = opt.ptx_jit;
@@ -85,14 +84,15 @@ int cmd_compile(int argc, char** argv) {
   compiler::CompileOptions co;
   co.context_length = a.get_int("--ctx", 0);
   co.max_sequences = a.get_int("--parallel", 4);
-  co.max_batch_tokens = a.get_int("--batch", 512);
+  co.max_batch_tokens = a.get_int("--batch", 0);
+  if (a.has("--batch") && co.max_batch_tokens < 1) throw UsageError("--batch must be at least 1");
   co.force_backend = a.get("--backend");
   co.max_gpus = a.get_int("--gpus", 0);
   if (co.max_gpus < 0) throw UsageError("--gpus must be positive");
   co.micro_batch = a.get_int("--micro-batch", 0);
   if (co.micro_batch < 0) throw UsageError("--micro-batch must be positive");
   if (a.has("--precise") && a.has("--precise-rows")) throw UsageError("give --precise or --precise-rows, not both");
-  co.precise_rows = a.has("--precise") ? co.max_batch_tokens : a.get_int("--precise-rows", -1);
+  co.precise_rows = a.has("--precise") ? INT64_MAX : a.get_int("--precise-rows", -1);  // the pass clamps to the step
   if (a.has("--precise-rows") && co.precise_rows < 0) throw UsageError("--precise-rows must be >= 0");
   if (a.has("--emulate-dp4a")) co.family = "dp4a-emulated";
   co.decode_graphs = !a.has("--no-cuda-graphs");

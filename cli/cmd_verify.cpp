@@ -19,6 +19,7 @@
 #include "compiler/compile.h"
 #include "runtime/cpu/executor.h"
 #ifdef QRIG_HAVE_CUDA
+#include "runtime/cuda/device.h"
 #include "runtime/cuda/executor.h"
 #endif
 
@@ -64,20 +65,54 @@ class CpuRunner final : public ModelRunner {
 };
 
 #ifdef QRIG_HAVE_CUDA
+// A pipeline plan runs each stage's executor in turn, its outgoing bridge rows copied through the host into the
+// next stage's incoming ones (what the pipeline's boundaries do).
 class CudaRunner final : public ModelRunner {
  public:
-  explicit CudaRunner(const ir::Plan& plan) : ex_(plan, runtime::open_plan_model(plan)) {}
-  int64_t vocab() const override { return ex_.vocab_rows(); }
+  explicit CudaRunner(const ir::Plan& plan) {
+    auto file = runtime::open_plan_model(plan);
+    if (plan.placement.size() == 1) {
+      stages_.push_back(std::make_unique<runtime::CudaExecutor>(plan, file));
+    } else {
+      for (const auto& pl : plan.placement)
+        stages_.push_back(std::make_unique<runtime::CudaExecutor>(
+            plan, file, runtime::CudaOptions{(int)pl.ordinal, {}, true, nullptr, pl.device}));
+    }
+  }
+  int64_t vocab() const override { return stages_.front()->vocab_rows(); }
   // Every row's logits come back: a step is at most the plan's output rows long.
-  int64_t max_step_tokens() const override { return std::min(ex_.plan().max_batch_tokens, ex_.plan().max_logit_rows); }
-  void begin_sequence() override { ex_.reset(0); }
+  int64_t max_step_tokens() const override {
+    const ir::Plan& p = stages_.front()->plan();
+    return std::min(p.rows_per_call(), p.max_logit_rows);
+  }
+  void begin_sequence() override {
+    for (auto& s : stages_) s->reset(0);
+  }
   std::vector<float> forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& rows,
                              const runtime::TapFn& tap) override {
-    return ex_.step({runtime::StepInput{0, tokens, !rows.empty()}}, {rows}, true, false, tap).logits;
+    const bool split = stages_.size() > 1;
+    std::vector<float> host;
+    runtime::StepOutput out;
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      runtime::CudaExecutor& ex = *stages_[s];
+      if (s > 0) {
+        cuda::DeviceGuard guard(ex.device());
+        cuda::copy_to_device(ex.bridge_in(0), host.data(), host.size() * 4, "verify: bridge rows up");
+      }
+      const bool last = s + 1 == stages_.size();
+      out = ex.step({runtime::StepInput{0, tokens, last && !rows.empty()}}, {last ? rows : std::vector<int32_t>{}},
+                    last, false, tap, split ? 0 : -1);
+      if (!last) {
+        host.assign(tokens.size() * (size_t)ex.bridge_out_width(), NAN);
+        cuda::DeviceGuard guard(ex.device());
+        cuda::copy_to_host(host.data(), ex.bridge_out(0), host.size() * 4, "verify: bridge rows down");
+      }
+    }
+    return out.logits;
   }
 
  private:
-  runtime::CudaExecutor ex_;
+  std::vector<std::unique_ptr<runtime::CudaExecutor>> stages_;
 };
 #endif
 

@@ -40,18 +40,27 @@ ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& o
   if (cx.params.n_mtp > 0)
     p.notes.push_back("model: MTP block present (blk." + std::to_string(cx.params.n_layer) +
                       "), kept aside: speculative decoding is not implemented yet");
-  if (options.max_batch_tokens < 1 || options.max_batch_tokens > 65536)
+  if (options.max_batch_tokens < 0 || options.max_batch_tokens > 65536)
     throw CompileError(fmt::format("tokens per step (--batch) must be in 1..65536, not {}", options.max_batch_tokens));
   if (options.max_sequences < 1 || options.max_sequences > 4096)
     throw CompileError(fmt::format("sequences (--parallel) must be in 1..4096, not {}", options.max_sequences));
   if (options.max_logit_rows < 0) throw CompileError("output rows per step must be >= 0");
-  p.max_batch_tokens = options.max_batch_tokens;
   p.max_sequences = options.max_sequences;
-  p.max_logit_rows = std::min(options.max_logit_rows > 0 ? options.max_logit_rows : options.max_sequences,
-                              options.max_batch_tokens);
-  cx.options.max_batch_tokens = p.max_batch_tokens;
   p.graph = lower_qwen35(cx.params, file);
   passes::select_backend(cx);
+  // Tokens per step: as asked, or by default 512 on one device and, for a pipeline, two micro-batches per stage
+  // (so a prefill step keeps every stage busy), at most 4096.
+  int64_t batch = options.max_batch_tokens;
+  if (batch == 0) {
+    const int64_t stages = (int64_t)passes::pipeline_devices(cx).size();
+    batch = stages > 1 ? std::min<int64_t>(4096, 2 * stages * (p.backend == "cuda" ? 512 : 128)) : 512;
+    if (stages > 1)
+      p.notes.push_back(fmt::format("step: {} tokens (two micro-batches per stage of the pipeline; --batch sets it)",
+                                    batch));
+  }
+  p.max_batch_tokens = batch;
+  p.max_logit_rows = std::min(options.max_logit_rows > 0 ? options.max_logit_rows : options.max_sequences, batch);
+  cx.options.max_batch_tokens = p.max_batch_tokens;
   passes::place_layers(cx);
   passes::choose_kv_format(cx);
   passes::schedule_gdn(cx);

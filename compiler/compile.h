@@ -23,7 +23,8 @@ constexpr double kDefaultGpuMemoryUtilization = 0.92;
 struct CompileOptions {
   int64_t context_length = 0;    // 0: the most that fits, capped by the model's context_length
   int64_t max_sequences = 4;     // sequence slots (server --parallel)
-  int64_t max_batch_tokens = 512;  // tokens per forward call (prefill chunk)
+  // Tokens per step (prefill chunk); 0: 512 on one device, two micro-batches per stage for a pipeline.
+  int64_t max_batch_tokens = 0;
   std::string force_backend;     // "" (from the rig), "cpu"
   int64_t max_gpus = 0;          // use at most this many of the rig's GPUs (0: all of them)
   int64_t micro_batch = 0;       // pipeline plans: tokens per micro-batch (0: the placement pass chooses)

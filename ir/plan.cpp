@@ -109,7 +109,9 @@ bool valid_device(const std::string& d) {
 
 int64_t pipeline_min_micro_batch(const Plan& p) {
   auto up64 = [](int64_t x) { return (x + 63) / 64 * 64; };
-  const int64_t shortest = std::max<int64_t>(p.gdn_recurrent_below, p.precise_rows + 1);
+  // (two planes in every matmul: no row count changes the numerics)
+  const int64_t precise = p.precise_rows >= p.max_batch_tokens ? 0 : p.precise_rows;
+  const int64_t shortest = std::max<int64_t>(p.gdn_recurrent_below, precise + 1);
   return std::max<int64_t>(128, up64(shortest + up64(shortest)));
 }
 

@@ -22,7 +22,8 @@ std::vector<PipelineUnit> pipeline_units(const ir::Plan& plan, const std::vector
   const int64_t chunk = 64;
   // A piece shorter than this would run the recurrent GDN, or quantize its matmul inputs to two planes, where the
   // whole input (longer) does not: give it a chunk of the piece before it.
-  const int64_t short_piece = std::max<int64_t>(plan.gdn_recurrent_below, plan.precise_rows + 1);
+  const int64_t precise = plan.precise_rows >= plan.max_batch_tokens ? 0 : plan.precise_rows;  // all two-plane
+  const int64_t short_piece = std::max<int64_t>(plan.gdn_recurrent_below, precise + 1);
   std::vector<PipelinePiece> pieces;
   for (size_t k = 0; k < batch.size(); ++k) {
     const int64_t T = (int64_t)batch[k].tokens.size();

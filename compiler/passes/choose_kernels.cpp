@@ -81,7 +81,7 @@ void choose_kernels(CompileContext& cx) {
   }
   const int sms = (int)p.device_sms;
   const kernels::Tuning& tun = cx.tuning;
-  const int64_t max_t = p.max_batch_tokens, max_r = p.max_logit_rows;
+  const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;  // rows of one call (a pipeline's micro-batch)
   const int64_t P = p.precise_rows;
   ir::Graph& g = p.graph;
   Table table;

@@ -206,10 +206,17 @@ void plan_memory(CompileContext& cx) {
     p.notes.push_back(fmt::format("memory: the plan may use {:.2f} of each GPU's memory ({:.1f} GiB of the smallest "
                                   "{:.1f} GiB; --gpu-memory-utilization), the rest is the runtime's headroom", use,
                                   (double)m.budget_bytes / (1 << 30), gib));
-  // Bridges: two pinned host buffers per stage boundary (double-buffered), each a micro-batch of f32 rows.
+  // Bridges: two pinned host buffers per stage boundary (double-buffered), each a micro-batch of f32 rows; on each
+  // side's device two buffers of the same size.
   m.bridge_host_bytes = 0;
+  std::map<std::string, int64_t> bridge_width;  // per device: widths of its incoming and outgoing bridges
   for (const ir::Op& op : p.graph.ops)
-    if (op.kind == ir::OpKind::bridge) m.bridge_host_bytes += 2 * p.rows_per_call() * op.types[0].shape.back() * 4;
+    if (op.kind == ir::OpKind::bridge) {
+      const int64_t w = op.types[0].shape.back();
+      m.bridge_host_bytes += 2 * p.rows_per_call() * w * 4;
+      bridge_width[op.s("from")] += w;
+      bridge_width[op.s("to")] += w;
+    }
 
   // Everything but the KV caches, per device, for a context length (the attention scratch grows with it).
   const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;
@@ -221,7 +228,8 @@ void plan_memory(CompileContext& cx) {
       d.mem.snapshots = slots * m.snapshots_per_slot * d.state_bytes;
       if (cuda) {
         d.mem.arena = layout_arena(p, dev, context);
-        d.mem.io = 2 * max_t * 4 + 2 * max_r * 4;  // tokens, positions; output rows, argmax
+        // tokens, positions; output rows, argmax; a stage's bridge buffers (two in, two out)
+        d.mem.io = 2 * max_t * 4 + 2 * max_r * 4 + 2 * max_t * bridge_width[dev] * 4;
         d.mem.sampling = 0;
       } else {
         // The CPU reference keeps every value of a step.

@@ -1,18 +1,61 @@
-// Backend implementation over the CUDA executor: every input of a step runs in one batched step on the GPU;
-// sampling candidates are selected on the GPU (step_select), so a sampled token costs the host K pairs
-// instead of a 1 MB row of logits.
+// Backend implementations over the CUDA executor. One stage: every input of a step runs in one batched step on the
+// GPU; sampling candidates are selected on the GPU (step_select), so a sampled token costs the host K pairs instead
+// of a 1 MB row of logits. Several stages: one executor per stage (each on its placement's GPU) under the pipeline
+// (runtime/pipeline.h); boundaries copy the stage's bridge buffer to pinned host memory on a copy stream, wait on the
+// host for it, then copy it up to the next stage's device.
 #include <fmt/format.h>
 
 #include "runtime/cuda/executor.h"
+#include "runtime/pipeline.h"
 
 namespace qrig::runtime {
 
 namespace {
 
+// Runs `batch` on the executor (last token of each input that wants logits as an output row) and hands back, per
+// input, its logits or (where select asks and the candidates decide the row) its top candidates.
+void step_and_collect(CudaExecutor& ex, const std::vector<StepInput>& batch, const std::vector<Backend::Select>* select,
+                      int stage_buf, std::vector<std::vector<float>>& out,
+                      std::vector<std::optional<TopCandidates>>& top) {
+  std::vector<std::vector<int32_t>> rows(batch.size());
+  std::vector<int64_t> row_of(batch.size(), -1);
+  std::vector<char> sel(batch.size(), 0);
+  int64_t n_rows = 0;
+  bool selected = false;
+  std::vector<cuda::TopKRow> req;
+  for (size_t k = 0; k < batch.size(); ++k)
+    if (batch[k].want_logits && !batch[k].tokens.empty()) {
+      rows[k].push_back((int32_t)batch[k].tokens.size() - 1);
+      row_of[k] = n_rows++;
+      // A row with more adjustments than the plan's sampling buffers hold is sampled from its logits on the
+      // host (the same result: the candidates are exact whenever they suffice).
+      cuda::TopKRow r;  // rows not selected ride along with k = 1 and nothing to adjust (cheap)
+      if (select && (*select)[k].k > 0 && (*select)[k].sampler) {
+        cuda::TopKRow want = cuda::top_k_row(*(*select)[k].sampler, (*select)[k].k);
+        if (ex.top_k_fits(want)) {
+          r = std::move(want);
+          sel[k] = 1;
+          selected = true;
+        }
+      }
+      req.push_back(std::move(r));
+    }
+  ex.step(batch, rows, false, false, nullptr, stage_buf);
+  std::vector<TopCandidates> cands;
+  if (selected) cands = ex.select_top(req);
+  for (size_t k = 0; k < batch.size(); ++k) {
+    if (row_of[k] < 0) continue;
+    if (sel[k] && (*select)[k].sampler->top_suffices(cands[(size_t)row_of[k]]))
+      top[k] = std::move(cands[(size_t)row_of[k]]);
+    else
+      out[k] = ex.logits_row(row_of[k]);  // the candidates cannot decide this row: its logits
+  }
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ir::Plan& plan, const BackendOptions& opt)
-      : ex_(plan, open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs, opt.progress}) {}
+      : ex_(plan, open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs, opt.progress, {}}) {}
   const ir::Plan& plan() const override { return ex_.plan(); }
   int slots() const override { return ex_.slots(); }
   int64_t vocab_rows() const override { return ex_.vocab_rows(); }
@@ -21,22 +64,9 @@ class CudaBackend final : public Backend {
   void reset(int slot) override { ex_.reset(slot); }
 
   std::vector<std::vector<float>> step(const std::vector<StepInput>& batch) override {
-    std::vector<std::vector<int32_t>> rows(batch.size());
-    bool any = false;
-    for (size_t k = 0; k < batch.size(); ++k)
-      if (batch[k].want_logits && !batch[k].tokens.empty()) {
-        rows[k].push_back((int32_t)batch[k].tokens.size() - 1);
-        any = true;
-      }
-    StepOutput o = ex_.step(batch, rows, any, false);
     std::vector<std::vector<float>> out(batch.size());
-    const size_t V = (size_t)ex_.vocab_rows();
-    size_t r = 0;
-    for (size_t k = 0; k < batch.size(); ++k)
-      if (!rows[k].empty()) {
-        out[k].assign(o.logits.begin() + (ptrdiff_t)(r * V), o.logits.begin() + (ptrdiff_t)((r + 1) * V));
-        ++r;
-      }
+    std::vector<std::optional<TopCandidates>> top(batch.size());
+    step_and_collect(ex_, batch, nullptr, -1, out, top);
     return out;
   }
   int32_t top_k_max() const override { return cuda::kTopMax; }
@@ -44,41 +74,9 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<float>> step_select(const std::vector<StepInput>& batch, const std::vector<Select>& select,
                                               std::vector<std::optional<TopCandidates>>& top) override {
     if (select.size() != batch.size()) throw RuntimeError("step_select: one selection per input");
-    std::vector<std::vector<int32_t>> rows(batch.size());
-    std::vector<int64_t> row_of(batch.size(), -1);
-    std::vector<char> sel(batch.size(), 0);
-    int64_t n_rows = 0;
-    bool selected = false;
-    std::vector<cuda::TopKRow> req;
-    for (size_t k = 0; k < batch.size(); ++k)
-      if (batch[k].want_logits && !batch[k].tokens.empty()) {
-        rows[k].push_back((int32_t)batch[k].tokens.size() - 1);
-        row_of[k] = n_rows++;
-        // A row with more adjustments than the plan's sampling buffers hold is sampled from its logits on the
-        // host (the same result: the candidates are exact whenever they suffice).
-        cuda::TopKRow r;  // rows not selected ride along with k = 1 and nothing to adjust (cheap)
-        if (select[k].k > 0 && select[k].sampler) {
-          cuda::TopKRow want = cuda::top_k_row(*select[k].sampler, select[k].k);
-          if (ex_.top_k_fits(want)) {
-            r = std::move(want);
-            sel[k] = 1;
-            selected = true;
-          }
-        }
-        req.push_back(std::move(r));
-      }
-    ex_.step(batch, rows, false, false);
-    std::vector<TopCandidates> cands;
-    if (selected) cands = ex_.select_top(req);
     std::vector<std::vector<float>> out(batch.size());
     top.assign(batch.size(), std::nullopt);
-    for (size_t k = 0; k < batch.size(); ++k) {
-      if (row_of[k] < 0) continue;
-      if (sel[k] && select[k].sampler->top_suffices(cands[(size_t)row_of[k]]))
-        top[k] = std::move(cands[(size_t)row_of[k]]);
-      else
-        out[k] = ex_.logits_row(row_of[k]);  // the candidates cannot decide this row: its logits
-    }
+    step_and_collect(ex_, batch, &select, -1, out, top);
     return out;
   }
 
@@ -90,10 +88,83 @@ class CudaBackend final : public Backend {
   CudaExecutor ex_;
 };
 
+// One stage of a pipeline plan on its GPU. Its executor keeps the stage's slots; compute() runs a unit as one
+// batched step (the unit's pieces as the step's inputs); the boundaries' copies run on a stream of their own, so
+// they overlap the stage's next unit.
+class CudaStage final : public PipelineStage {
+ public:
+  CudaStage(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const ir::Placement& pl,
+            const BackendOptions& opt)
+      : device_(pl.device),
+        ex_(plan, std::move(file), CudaOptions{(int)pl.ordinal, {}, opt.cuda_graphs, opt.progress, pl.device}),
+        copies_(ex_.device()) {}
+  const std::string& device() const override { return device_; }
+  int64_t out_width() const override { return ex_.bridge_out_width(); }
+  int64_t vocab_rows() const override { return ex_.vocab_rows(); }
+  int64_t position(int slot) const override { return ex_.position(slot); }
+  void reset(int slot) override { ex_.reset(slot); }
+  std::shared_ptr<Snapshot> save(int slot) const override { return ex_.save(slot); }
+  void restore(int slot, const Snapshot& snap) override { ex_.restore(slot, snap); }
+  int64_t snapshot_bytes() const override { return ex_.snapshot_bytes(); }
+  int32_t top_k_max() const override { return ex_.has_output() ? cuda::kTopMax : 0; }
+
+  void compute(const PipelineUnit& u, const std::vector<StepInput>& batch, int buf,
+               const PipelineResults& res) override {
+    std::vector<StepInput> sub;
+    std::vector<Backend::Select> select;
+    for (const PipelinePiece& p : u.pieces) {
+      const auto& all = batch[(size_t)p.input].tokens;
+      sub.push_back({p.slot, std::vector<int32_t>(all.begin() + p.begin, all.begin() + p.begin + p.count),
+                     p.want_logits && ex_.has_output()});
+      select.push_back(res.select && p.want_logits ? (*res.select)[(size_t)p.input] : Backend::Select{});
+    }
+    std::vector<std::vector<float>> out(sub.size());
+    std::vector<std::optional<TopCandidates>> top(sub.size());
+    step_and_collect(ex_, sub, res.select ? &select : nullptr, buf, out, top);
+    if (!ex_.has_output()) return;
+    for (size_t k = 0; k < u.pieces.size(); ++k) {
+      const size_t input = (size_t)u.pieces[k].input;
+      if (!u.pieces[k].want_logits) continue;
+      if (top[k]) (*res.top)[input] = std::move(top[k]);
+      else (*res.logits)[input] = std::move(out[k]);
+    }
+  }
+  void download(int buf, float* host, int64_t rows) override {
+    cuda::DeviceGuard guard(ex_.device());
+    cuda::copy_to_host_async(host, ex_.bridge_out(buf), (size_t)(rows * out_width()) * 4, copies_.get(),
+                             "bridge rows to the host");
+    copies_.sync("bridge rows to the host");  // the host fence: the rows are in host memory now
+  }
+  void upload(const float* host, int buf, int64_t rows) override {
+    cuda::DeviceGuard guard(ex_.device());
+    cuda::copy_to_device_async(ex_.bridge_in(buf), host, (size_t)(rows * ex_.bridge_in_width()) * 4, copies_.get(),
+                               "bridge rows from the host");
+    copies_.sync("bridge rows from the host");
+  }
+  std::shared_ptr<float> host_buffer(int64_t floats) override {
+    auto pinned = std::make_shared<cuda::PinnedBuffer>((size_t)std::max<int64_t>(1, floats) * 4,
+                                                       "bridge rows (pinned host memory)");
+    return std::shared_ptr<float>(pinned, static_cast<float*>(pinned->data()));
+  }
+
+ private:
+  std::string device_;
+  CudaExecutor ex_;
+  cuda::Stream copies_;
+};
+
 }  // namespace
 
+std::vector<std::unique_ptr<PipelineStage>> make_cuda_stages(const ir::Plan& plan, const BackendOptions& opt) {
+  auto file = open_plan_model(plan);
+  std::vector<std::unique_ptr<PipelineStage>> stages;
+  for (const auto& pl : plan.placement) stages.push_back(std::make_unique<CudaStage>(plan, file, pl, opt));
+  return stages;
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan, const BackendOptions& opt) {
-  return std::make_unique<CudaBackend>(plan, opt);
+  if (plan.placement.size() == 1) return std::make_unique<CudaBackend>(plan, opt);
+  return make_pipeline(plan, make_cuda_stages(plan, opt), PipelineOptions{opt.simulate_link_gbps});
 }
 
 }  // namespace qrig::runtime

@@ -40,6 +40,12 @@ int64_t CudaExecutor::position(int slot) const { return impl_->slot(slot).n_past
 std::string CudaExecutor::device_name() const { return impl_->info.name; }
 std::string CudaExecutor::kernel_load() const { return impl_->kernel_load; }
 int64_t CudaExecutor::device_bytes() const { return impl_->allocated; }
+float* CudaExecutor::bridge_in(int buf) const { return impl_->bridge_in[buf & 1].data(); }
+float* CudaExecutor::bridge_out(int buf) const { return impl_->bridge_out[buf & 1].data(); }
+int64_t CudaExecutor::bridge_in_width() const { return impl_->layout.bridge_in_width; }
+int64_t CudaExecutor::bridge_out_width() const { return impl_->layout.bridge_out_width; }
+bool CudaExecutor::has_output() const { return impl_->layout.has_output; }
+int CudaExecutor::device() const { return impl_->opt.device; }
 
 void CudaExecutor::synchronize() const { impl_->stream->sync("CUDA executor"); }
 GraphStats CudaExecutor::graph_stats() const { return impl_->graph_stats; }
@@ -58,9 +64,13 @@ void CudaExecutor::reset(int slot) {
 }
 
 StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::vector<std::vector<int32_t>>& rows,
-                              bool want_logits, bool want_argmax, const TapFn& tap) {
+                              bool want_logits, bool want_argmax, const TapFn& tap, int stage_buf) {
   Impl& m = *impl_;
   if (batch.empty()) throw RuntimeError("a step needs at least one input");
+  const bool bridged = m.bridge_in_step >= 0 || m.bridge_out_value >= 0;
+  if (bridged != (stage_buf == 0 || stage_buf == 1))
+    throw RuntimeError(bridged ? "a pipeline stage's step names its bridge buffer (0 or 1)"
+                               : "only a pipeline stage's step has bridge buffers");
   if (rows.size() != batch.size()) throw RuntimeError("step: one list of output rows per input");
   // Validate everything before any state changes.
   std::set<int> seen;
@@ -94,6 +104,8 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
     throw RuntimeError(fmt::format("a step asking for {} output rows exceeds the plan's max_logit_rows {}", R,
                                    m.layout.max_r));
   if ((want_logits || want_argmax) && R == 0) throw RuntimeError("step asks for outputs but names no rows");
+  if (R > 0 && !m.layout.has_output)
+    throw RuntimeError(fmt::format("stage {} hands its rows on: it has no output rows", m.opt.stage));
 
   cuda::DeviceGuard guard(m.opt.device);
   const cuda::StreamHandle st = m.stream->get();
@@ -102,6 +114,10 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
   if (R > 0) cuda::copy_to_device_async(m.rows_dev.data(), out_rows.data(), (size_t)R * 4, st, "step rows");
 
   const StepCx cx{m, batch, offset, out_rows, T, R, st};
+  // A stage's incoming rows, from the bridge buffer the boundary filled, into the bridge op's place.
+  if (m.bridge_in_step >= 0)
+    cuda::copy_on_device(m.steps[(size_t)m.bridge_in_step].out[0], m.bridge_in[stage_buf].data(),
+                         (size_t)(T * m.layout.bridge_in_width) * 4, st, "bridge rows into the stage");
   // Every op of the graph (eager, or into a capture with `recorder` on for the patchable ops), or with
   // `patcher` only the patchable ops, updating a captured graph instead of launching.
   auto run_ops = [&](cuda::LaunchHook* recorder, cuda::LaunchHook* patcher) {
@@ -176,7 +192,14 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
       ++m.graph_stats.eager;
     }
     StepOutput result;
-    const float* logits = m.steps.back().out[0];
+    if (m.bridge_out_value >= 0) {
+      cuda::copy_on_device(m.bridge_out[stage_buf].data(), m.f32_of[(size_t)m.bridge_out_value],
+                           (size_t)(T * m.layout.bridge_out_width) * 4, st, "bridge rows out of the stage");
+      m.stream->sync("stage step");
+    } else if (bridged) {
+      m.stream->sync("stage step");  // the pipeline needs the step complete when this returns
+    }
+    const float* logits = m.layout.has_output ? m.steps.back().out[0] : nullptr;
     if (want_argmax) {
       const int64_t valid = m.plan.vocab_real > 0 ? std::min(m.plan.vocab_real, m.vocab_rows) : m.vocab_rows;
       cuda::launch_argmax_f32(*m.argmax, logits, R, m.vocab_rows, valid, m.argmax_dev.data(), st);
@@ -209,6 +232,7 @@ std::vector<TopCandidates> CudaExecutor::select_top(const std::vector<cuda::TopK
   if ((int64_t)rows.size() != m.last_rows)
     throw RuntimeError(fmt::format("select_top: {} rows for a step of {} output rows", rows.size(), m.last_rows));
   if (rows.empty()) return {};
+  if (!m.top_k) throw RuntimeError("select_top: this stage has no output rows");
   cuda::DeviceGuard guard(m.opt.device);
   m.top_k->enqueue(m.steps.back().out[0], rows, m.stream->get());
   return m.top_k->collect(m.stream->get());
@@ -218,7 +242,7 @@ std::vector<TopCandidates> CudaExecutor::select_top(const std::vector<cuda::TopK
   throw RuntimeError(std::string("CUDA sampling candidates: ") + e.what());
 }
 
-bool CudaExecutor::top_k_fits(const cuda::TopKRow& row) const { return impl_->top_k->fits(row); }
+bool CudaExecutor::top_k_fits(const cuda::TopKRow& row) const { return impl_->top_k && impl_->top_k->fits(row); }
 
 std::vector<float> CudaExecutor::logits_row(int64_t row) try {
   Impl& m = *impl_;

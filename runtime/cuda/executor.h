@@ -33,6 +33,9 @@ struct CudaOptions {
   // false turns them off for this executor (to compare, or to work around a driver).
   bool graphs = true;
   LoadProgressFn progress;  // BackendOptions::progress: called per weight uploaded
+  // A pipeline plan: the stage (a placement's device, e.g. "cuda:1") this executor runs, on CUDA device `device`
+  // (the placement's ordinal). Empty: a one-stage plan.
+  std::string stage;
 };
 
 // How the decode steps ran (CudaExecutor::graph_stats).
@@ -72,8 +75,17 @@ class CudaExecutor {
   // into its tokens) whose output is wanted, in order; all of them together at most max_logit_rows.
   // want_logits / want_argmax pick what comes back for those rows. Validates everything before any state
   // changes (RuntimeError). tap: called for ops carrying a tap attribute (slow: synchronises per tap).
+  // A pipeline stage's step reads its incoming rows from bridge buffer `stage_buf` (0 or 1; copied there by the
+  // boundary), writes its outgoing rows to its bridge buffer `stage_buf`, and returns when they are complete.
   StepOutput step(const std::vector<StepInput>& batch, const std::vector<std::vector<int32_t>>& rows,
-                  bool want_logits, bool want_argmax, const TapFn& tap = nullptr);
+                  bool want_logits, bool want_argmax, const TapFn& tap = nullptr, int stage_buf = -1);
+  // A stage's bridge buffers on its device (max rows per call x width f32), and their widths (0: none).
+  float* bridge_in(int buf) const;
+  float* bridge_out(int buf) const;
+  int64_t bridge_in_width() const;
+  int64_t bridge_out_width() const;
+  bool has_output() const;  // computes the logits (the last stage, or a one-stage plan)
+  int device() const;       // the CUDA device it runs on
 
   // After a step that named output rows: their logits stay on the device until the next step. select_top()
   // picks each row's candidates there (runtime/cuda/sampling.h; one TopKRow per output row of that step, in
@@ -96,7 +108,11 @@ class CudaExecutor {
   std::unique_ptr<Impl> impl_;
 };
 
-// A Backend over the CUDA executor (what the engine and server drive).
+// A Backend over the CUDA executor (what the engine and server drive): one executor, or a pipeline of one per stage.
 std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan, const BackendOptions& opt);
+class PipelineStage;
+// The stages of a pipeline plan, one executor each on its placement's GPU (what make_cuda_backend puts under the
+// pipeline; tests wrap them).
+std::vector<std::unique_ptr<PipelineStage>> make_cuda_stages(const ir::Plan& plan, const BackendOptions& opt);
 
 }  // namespace qrig::runtime

@@ -45,13 +45,19 @@ void CudaExecutor::Impl::bind() {
   if (plan.backend != "cuda") throw RuntimeError(fmt::format("the CUDA executor cannot run a '{}' plan", plan.backend));
   if (plan.kernel_family != "dp4a")
     throw RuntimeError(fmt::format("plan kernel family '{}' has no CUDA kernels (only dp4a)", plan.kernel_family));
-  for (const auto& p : plan.placement)
-    if (p.device != "cuda:0")
-      throw RuntimeError(fmt::format("plan places layers {}-{} on {}: this build runs single-GPU plans only (cuda:0); "
-                                     "compile with --gpus 1", p.first_layer, p.last_layer, p.device));
+  if (plan.placement.size() > 1 && opt.stage.empty())
+    throw RuntimeError(fmt::format("the plan is a pipeline of {} stages: one executor per stage", plan.placement.size()));
+  if (!opt.stage.empty()) {
+    const ir::Placement* pl = nullptr;
+    for (const auto& p : plan.placement)
+      if (p.device == opt.stage) pl = &p;
+    if (!pl) throw RuntimeError(fmt::format("the plan has no stage {}", opt.stage));
+    if (pl->ordinal != opt.device)
+      throw RuntimeError(fmt::format("stage {} runs on CUDA device {}, not {}", opt.stage, pl->ordinal, opt.device));
+  }
   graph = std::make_unique<BoundGraph>(plan);
-  layout = cuda::device_layout(plan, *graph, *file);
-  cuda::check_layout(layout, plan);
+  layout = cuda::device_layout(plan, *graph, *file, opt.stage);
+  cuda::check_layout(layout, plan, opt.stage);
 
   std::string why;
   const int n_dev = cuda::device_count(&why);
@@ -86,12 +92,17 @@ void CudaExecutor::Impl::bind() {
   arena = cuda::DeviceBuffer<char>(opt.device, (size_t)layout.arena_bytes, "activation arena");
   allocated += layout.arena_bytes;
   vocab_rows = layout.vocab_rows;
-  steps.resize(graph->ops.size());
   KernelBinder kb{plan, *graph, [this](const std::string& name) { return load(name); }, loader(), matmuls, gdns,
                   attentions, steps};
+  steps.reserve(graph->ops.size());
   for (size_t i = 0; i < graph->ops.size(); ++i) {
-    CudaStep& s = steps[i];
-    s.b = &graph->ops[i];
+    const BoundOp& b = graph->ops[i];
+    if (!opt.stage.empty() && b.kind == ir::OpKind::bridge && b.op->s("from") == opt.stage) bridge_out_value = b.args[0];
+    if (!cuda::on_stage(*b.op, opt.stage)) continue;
+    if (b.kind == ir::OpKind::bridge) bridge_in_step = (int)steps.size();
+    steps.emplace_back();
+    CudaStep& s = steps.back();
+    s.b = &b;
     try {
       bind_op_kernels(kb, s);
       bind_op_resources(*this, s);
@@ -99,11 +110,23 @@ void CudaExecutor::Impl::bind() {
       throw RuntimeError(fmt::format("{}: {}", s.b->op->describe(), e.what()));
     }
   }
-  std::vector<std::string> top_k_names;
-  bind_output_kernels(kb, argmax, top_k_names);
-  top_k = std::make_unique<cuda::TopKSelector>(loader(), top_k_names, opt.device, vocab_rows, layout.top_k_vocab,
-                                               layout.top_k_rows, layout.top_k_adjust);
-  allocated += top_k->device_bytes();
+  if (layout.has_output) {
+    std::vector<std::string> top_k_names;
+    bind_output_kernels(kb, argmax, top_k_names);
+    top_k = std::make_unique<cuda::TopKSelector>(loader(), top_k_names, opt.device, vocab_rows, layout.top_k_vocab,
+                                                 layout.top_k_rows, layout.top_k_adjust);
+    allocated += top_k->device_bytes();
+  }
+  for (int k = 0; k < 2; ++k) {
+    if (layout.bridge_in_width > 0)
+      bridge_in[k] = cuda::DeviceBuffer<float>(opt.device, (size_t)(layout.max_t * layout.bridge_in_width),
+                                               fmt::format("bridge rows in ({})", k));
+    if (layout.bridge_out_width > 0)
+      bridge_out[k] = cuda::DeviceBuffer<float>(opt.device, (size_t)(layout.max_t * layout.bridge_out_width),
+                                                fmt::format("bridge rows out ({})", k));
+  }  // counted in the layout's io bytes (added with the step buffers below)
+  if ((layout.bridge_in_width > 0) != (bridge_in_step >= 0) || (layout.bridge_out_width > 0) != (bridge_out_value >= 0))
+    throw RuntimeError("CUDA executor: the stage's bridges and its layout disagree (a bug)");
 
   tokens_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)layout.max_t, "step tokens");
   pos_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)layout.max_t, "step positions");

@@ -117,11 +117,11 @@ struct CudaExecutor::Impl {
   std::vector<CudaStep> steps;
   std::vector<Slot> slots;
 
-  // A pipeline stage (CudaOptions::stage): its device, the input buffer of the current unit (rows the boundary
-  // uploaded; read by the bridge op), and the value the outgoing bridge takes.
-  std::string stage;
-  float* stage_in = nullptr;
-  int stage_out_value = -1;
+  // A pipeline stage (CudaOptions::stage): its bridge buffers (two in, two out: double-buffered), the step of its
+  // incoming bridge op, and the value its outgoing bridge takes.
+  cuda::DeviceBuffer<float> bridge_in[2], bridge_out[2];
+  int bridge_in_step = -1;   // index into steps
+  int bridge_out_value = -1; // value id
 
   void bind();  // executor_bind.cpp
   void upload_weights();  // executor_weights.cpp

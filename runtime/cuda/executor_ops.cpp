@@ -386,13 +386,9 @@ void run_gather_rows(const StepCx& c, const CudaStep& s) {
     cuda::copy_on_device(s.out[0] + r * w, x + (int64_t)c.out_rows[(size_t)r] * w, (size_t)w * 4, c.stream,
                          "gather of output rows");
 }
-// The receiving side of a bridge: on a pipeline stage the rows arrived in the stage's input buffer (uploaded by the
-// boundary before the step); in an executor of every op, the argument itself.
-void run_bridge(const StepCx& c, const CudaStep& s) {
-  const int64_t w = c.m.graph->width(s.b->results[0]);
-  const float* src = c.m.stage_in ? c.m.stage_in : f32_in(c, s, 0);
-  cuda::copy_on_device(s.out[0], src, (size_t)(c.T * w) * 4, c.stream, "bridge rows into the stage");
-}
+// The receiving side of a bridge: the stage's step copied the rows in from its bridge buffer before any op ran
+// (outside CUDA graphs: the buffer alternates between steps), so nothing is left to launch.
+void run_bridge(const StepCx&, const CudaStep&) {}
 // Ops on a sequence's own state: once per input of the step, on its rows.
 void run_per_sequence(const StepCx& c, const CudaStep& s) {
   Impl& m = c.m;
@@ -474,6 +470,12 @@ void bind_op_resources(Impl& m, CudaStep& s) {
   if (m.f32_of.empty()) {
     m.f32_of.assign(m.graph->values.size(), nullptr);
     m.q8_of.assign(m.graph->values.size(), Q8Value{});
+  }
+  // A bridge's argument lives on the stage before: the rows arrive in the bridge buffer.
+  if (s.b->kind == OpKind::bridge) {
+    s.in.push_back(nullptr);
+    bind_places(m, s);
+    return;
   }
   // Arguments: the places their producers were given (inputs are read from the step's own buffers).
   for (size_t a = 0; a < s.b->args.size(); ++a) {

@@ -12,7 +12,8 @@ namespace qrig::runtime {
 void CudaExecutor::Impl::upload_weights() {
   const gguf::File& f = *file;
   const int64_t start = allocated;
-  const std::string stage = fmt::format("uploading weights to cuda:{}", opt.device);
+  const std::string stage = opt.stage.empty() ? fmt::format("uploading weights to cuda:{}", opt.device)
+                                              : fmt::format("uploading weights to {} (GPU {})", opt.stage, opt.device);
   if (opt.progress) opt.progress({stage, 0, layout.weight_bytes});
   for (const cuda::WeightUpload& w : layout.weights) {
     switch (w.kind) {

@@ -36,8 +36,14 @@ const gguf::TensorInfo& need_q8(const gguf::File& f, const std::string& name, co
 
 }  // namespace
 
-DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, const gguf::File& f) {
+DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, const gguf::File& f,
+                           const std::string& stage) {
   DeviceLayout L;
+  if (stage.empty() && plan.placement.size() > 1)
+    throw RuntimeError(fmt::format("a plan of {} stages runs as a pipeline (one executor per stage)",
+                                   plan.placement.size()));
+  std::vector<bool> used_state(g.states.size(), stage.empty());
+  L.has_output = stage.empty();
   std::set<std::string> seen;
   auto q8 = [&](const ir::Op& op, const std::string& name) {
     if (!seen.insert(name).second) return;
@@ -58,6 +64,12 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
     const runtime::BoundOp& b = g.ops[i];
     const ir::Op& op = *b.op;
     const int64_t width = b.results.empty() ? 0 : g.width(b.results[0]);
+    if (!stage.empty() && b.kind == ir::OpKind::bridge && op.s("from") == stage) L.bridge_out_width = width;
+    if (!on_stage(op, stage)) continue;
+    for (int st : {b.state, b.k_state, b.v_state})
+      if (st >= 0) used_state[(size_t)st] = true;
+    if (b.kind == ir::OpKind::gather_rows) L.has_output = true;
+    if (b.kind == ir::OpKind::bridge) L.bridge_in_width = width;
     switch (b.kind) {
       case ir::OpKind::embed:
         q8(op, op.s("weight"));
@@ -107,21 +119,33 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
     }
   }
   for (const auto& w : L.weights) L.weight_bytes += w.bytes;
+  // A stage without the embedding still takes token ids (the step's shape and checks): the table's rows.
+  if (L.vocab_rows <= 0)
+    if (const gguf::TensorInfo* t = f.find_tensor("token_embd.weight"); t && t->ne.size() == 2)
+      L.vocab_rows = (int64_t)t->ne[1];
   if (L.vocab_rows <= 0) throw RuntimeError("graph has no embedding");
 
-  L.max_t = plan.max_batch_tokens;
+  L.max_t = plan.rows_per_call();
   L.max_r = plan.max_logit_rows;
-  L.arena_bytes = plan.memory.devices.empty() ? 0 : plan.memory.devices[0].arena;
-  L.io_bytes = 2 * L.max_t * 4 + 2 * L.max_r * 4;
+  const std::string dev = stage.empty() ? plan.placement.at(0).device : stage;
+  for (const auto& m : plan.memory.devices)
+    if (m.device == dev) L.arena_bytes = m.arena;
+  L.io_bytes = 2 * L.max_t * 4 + 2 * L.max_r * 4 + 2 * L.max_t * (L.bridge_in_width + L.bridge_out_width) * 4;
   const ir::AttrValue* adjust = plan.graph.attr("top_k_adjust_per_row");
   if (!adjust || !std::holds_alternative<int64_t>(*adjust))
     throw RuntimeError("plan: the graph has no top_k_adjust_per_row (recompile the plan)");
   L.top_k_adjust = std::get<int64_t>(*adjust);
   L.top_k_rows = std::min(L.max_r, plan.max_sequences);
   L.top_k_vocab = plan.vocab_real > 0 ? std::min(plan.vocab_real, L.vocab_rows) : L.vocab_rows;
-  L.sampling_bytes = kernels::top_k_buffers(L.top_k_vocab, L.top_k_rows, L.top_k_adjust).total();
+  L.sampling_bytes = L.has_output ? kernels::top_k_buffers(L.top_k_vocab, L.top_k_rows, L.top_k_adjust).total() : 0;
 
-  for (const auto& st : g.states) {
+  for (size_t k = 0; k < g.states.size(); ++k) {
+    const runtime::BoundState& st = g.states[k];
+    if (!used_state[k]) {  // another stage's
+      L.state_offset.push_back(-1);
+      L.cache_halves.push_back(0);
+      continue;
+    }
     if (st.positional) {
       if (st.dtype != ir::DType::f16)
         throw RuntimeError(fmt::format("state %{} is {}: the CUDA dp4a family keeps fp16 key and value caches", st.name,
@@ -142,10 +166,16 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
   return L;
 }
 
-void check_layout(const DeviceLayout& L, const ir::Plan& plan) {
-  if (plan.memory.devices.size() != 1)
-    throw RuntimeError(fmt::format("plan: {} device memory tables for a single-GPU plan", plan.memory.devices.size()));
-  const ir::DeviceMemory& m = plan.memory.devices[0];
+void check_layout(const DeviceLayout& L, const ir::Plan& plan, const std::string& stage) {
+  if (plan.memory.devices.size() != plan.placement.size())
+    throw RuntimeError(fmt::format("plan: {} device memory tables for {} stage(s)", plan.memory.devices.size(),
+                                   plan.placement.size()));
+  const std::string dev = stage.empty() ? plan.placement.at(0).device : stage;
+  const ir::DeviceMemory* found = nullptr;
+  for (const auto& d : plan.memory.devices)
+    if (d.device == dev) found = &d;
+  if (!found) throw RuntimeError(fmt::format("plan: no memory table for {}", dev));
+  const ir::DeviceMemory& m = *found;
   const std::pair<const char*, std::pair<int64_t, int64_t>> parts[] = {
       {"weights", {L.weight_bytes, m.weights}},
       {"activation arena", {L.arena_bytes, m.arena}},
@@ -158,7 +188,7 @@ void check_layout(const DeviceLayout& L, const ir::Plan& plan) {
       throw RuntimeError(fmt::format("plan: its memory table says {} bytes of {} on {}, the runtime needs {}: recompile "
                                      "the plan with this qrig", v.second, what, m.device, v.first));
   const int64_t snaps = L.rec_floats * 4 * plan.memory.snapshots_per_slot * L.slots;
-  if (snaps != m.snapshots || plan.memory.snapshot_bytes != L.rec_floats * 4)
+  if (snaps != m.snapshots || (stage.empty() && plan.memory.snapshot_bytes != L.rec_floats * 4))
     throw RuntimeError(fmt::format("plan: its snapshot budget ({} bytes, {} per snapshot) does not match the runtime's "
                                    "({} bytes, {} per snapshot): recompile the plan", m.snapshots,
                                    plan.memory.snapshot_bytes, snaps, L.rec_floats * 4));

@@ -29,7 +29,10 @@ struct DeviceLayout {
   int64_t weight_bytes = 0;
   int64_t arena_bytes = 0;
   int64_t max_t = 0, max_r = 0;         // rows of a step, output rows of a step
-  int64_t io_bytes = 0;                 // tokens, positions [max_t] + output rows, argmax [max_r] (int32)
+  int64_t io_bytes = 0;                 // tokens, positions [max_t] + output rows, argmax [max_r] (int32), and a
+                                        // pipeline stage's bridge buffers (two in, two out, max_t rows of f32)
+  int64_t bridge_in_width = 0, bridge_out_width = 0;  // a stage's incoming / outgoing bridge rows (0: none)
+  bool has_output = true;               // the stage computes the logits (the last stage, or the only one)
   int64_t top_k_rows = 0, top_k_adjust = 0, top_k_vocab = 0, vocab_rows = 0;
   int64_t sampling_bytes = 0;
   // Per slot: the recurrent states (each at a 64-float aligned offset of one f32 buffer), then one fp16 buffer per
@@ -44,10 +47,16 @@ struct DeviceLayout {
 
 // Throws RuntimeError for weights the plan names that the file lacks or whose type or shape the plan's kernels
 // cannot take.
-DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, const gguf::File& f);
+// `stage`: the device of one stage of a pipeline plan (its ops, states and bridges only); empty: every op (a
+// one-stage plan).
+DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, const gguf::File& f,
+                           const std::string& stage = {});
 
 // Throws RuntimeError naming the first part whose bytes differ from the plan's memory table (the plan was made
 // by another compiler, edited, or the two disagree: a bug).
-void check_layout(const DeviceLayout& layout, const ir::Plan& plan);
+void check_layout(const DeviceLayout& layout, const ir::Plan& plan, const std::string& stage = {});
+
+// Whether op `op` runs on `stage` (every op when stage is empty).
+inline bool on_stage(const ir::Op& op, const std::string& stage) { return stage.empty() || op.s("device") == stage; }
 
 }  // namespace qrig::cuda

@@ -164,8 +164,8 @@ TEST_CASE("passes decide per rig", "[compiler][fixtures]") {
   CHECK(cmp.precise_rows == compiler::kDefaultPreciseRows);
   compiler::CompileOptions precise;
   precise.precise_rows = INT64_MAX;
-  CHECK(compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), precise).precise_rows ==
-        precise.max_batch_tokens);
+  const auto all_precise = compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), precise);
+  CHECK(all_precise.precise_rows == all_precise.max_batch_tokens);
   precise.precise_rows = 0;
   CHECK(compiler::compile(f, compiler::Rig::load(kRigs + "cmp-100-210-x4.toml"), precise).precise_rows == 0);
   CHECK(compiler::compile(f, compiler::Rig::default_cpu(), {}).precise_rows == 0);

@@ -112,6 +112,47 @@ TEST_CASE("the executor's allocations equal the plan's memory table, part by par
   CHECK_THROWS_WITH(cuda::check_layout(L, q), Catch::Contains("snapshot"));
 }
 
+TEST_CASE("each stage's allocations equal its part of a pipeline plan's memory table", "[cuda][fixtures]") {
+  for (const std::string model : {"tiny", "9b", "27b"})
+    for (int64_t batch : {64, 2048}) {
+      INFO(model << " on cmp-100-210-x4, batch " << batch);
+      compiler::CompileOptions o;
+      o.max_batch_tokens = batch;
+      o.context_length = 4096;
+      const ir::Plan p = presets::compile_preset(model, "cmp-100-210-x4", o);
+      REQUIRE(p.placement.size() == 4);
+      CHECK(p.rows_per_call() == std::min<int64_t>(batch, 512));
+      const gguf::File f = gguf::File::open(model_path(model));
+      const runtime::BoundGraph g(p);
+      CHECK_THROWS_WITH(cuda::device_layout(p, g, f), Catch::Contains("one executor per stage"));
+      int64_t weights = 0;
+      for (size_t s = 0; s < p.placement.size(); ++s) {
+        const std::string& dev = p.placement[s].device;
+        INFO(dev);
+        const cuda::DeviceLayout L = cuda::device_layout(p, g, f, dev);
+        CHECK_NOTHROW(cuda::check_layout(L, p, dev));
+        const ir::DeviceMemory& m = p.memory.devices[s];
+        REQUIRE(m.device == dev);
+        CHECK(L.total() + m.snapshots == m.total);
+        CHECK(L.max_t == p.rows_per_call());
+        CHECK(L.has_output == (s + 1 == p.placement.size()));
+        CHECK((L.bridge_in_width > 0) == (s > 0));
+        CHECK((L.bridge_out_width > 0) == (s + 1 < p.placement.size()));
+        CHECK((L.sampling_bytes > 0) == L.has_output);
+        weights += L.weight_bytes;
+        // The stage's states only: another stage's caches and recurrent states take nothing here.
+        for (size_t k = 0; k < g.states.size(); ++k) {
+          bool used = false;
+          for (const auto& b : g.ops)
+            if (b.op->s("device") == dev)
+              for (int st : {b.state, b.k_state, b.v_state}) used |= st == (int)k;
+          CHECK((L.state_offset[k] >= 0 || L.cache_halves[k] > 0) == used);
+        }
+      }
+      CHECK(weights == p.memory.weight_bytes);
+    }
+}
+
 TEST_CASE("the CUDA executor's op tables have a row for every op kind", "[cuda]") {
   CHECK(runtime::cuda_op_tables_complete());
 }

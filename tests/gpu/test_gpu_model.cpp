@@ -84,6 +84,7 @@ ir::Plan tiny_plan(const std::string& backend, int64_t precise_rows = -1, int64_
   co.precise_rows = precise_rows;
   co.family = family;
   co.ptx_jit = g.ptx && backend != "cpu";
+  co.max_batch_tokens = 512;
   co.max_logit_rows = co.max_batch_tokens;
   return compiler::compile(f, rig, co);
 }
@@ -385,6 +386,7 @@ TEST_CASE("a model with 6 GDN value heads runs on the GPU as its CPU emulation c
   compiler::CompileOptions co;
   co.context_length = 512;
   co.max_sequences = 1;
+  co.max_batch_tokens = 512;
   co.max_logit_rows = co.max_batch_tokens;
   co.ptx_jit = g.ptx;
   const ir::Plan plan = compiler::compile(f, rig, co);

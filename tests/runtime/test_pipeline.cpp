@@ -16,8 +16,12 @@
 #include "runtime/engine.h"
 #include "runtime/pipeline.h"
 #include "tests/fixtures.h"
+#include "tests/pipeline_test_util.h"
 
 using namespace qrig;
+using qrig::test::Shaky;
+using qrig::test::ShakyStage;
+using qrig::test::shaky_pipeline;
 
 namespace {
 
@@ -48,73 +52,6 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return !a.empty() && a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
-// A stage that passes every call on, and can sleep at random in each (the orderings of its threads change) or
-// throw in compute on chosen calls.
-class ShakyStage final : public runtime::PipelineStage {
- public:
-  ShakyStage(std::unique_ptr<runtime::PipelineStage> s, uint32_t seed) : s_(std::move(s)), rng_(seed) {}
-  std::atomic<int> fail_at{-1};  // compute call number that throws (-1: none)
-  std::atomic<int> calls{0};
-  bool jitter = false;
-
-  const std::string& device() const override { return s_->device(); }
-  int64_t out_width() const override { return s_->out_width(); }
-  int64_t vocab_rows() const override { return s_->vocab_rows(); }
-  int64_t position(int slot) const override { return s_->position(slot); }
-  void reset(int slot) override { s_->reset(slot); }
-  std::shared_ptr<runtime::Snapshot> save(int slot) const override { return s_->save(slot); }
-  void restore(int slot, const runtime::Snapshot& snap) override { s_->restore(slot, snap); }
-  int64_t snapshot_bytes() const override { return s_->snapshot_bytes(); }
-  void compute(const runtime::PipelineUnit& u, const std::vector<runtime::StepInput>& b, int buf,
-               const runtime::PipelineResults& r) override {
-    nap();
-    if (calls++ == fail_at) throw std::runtime_error("injected failure on " + device());
-    s_->compute(u, b, buf, r);
-    nap();
-  }
-  void download(int buf, float* host, int64_t rows) override {
-    nap();
-    s_->download(buf, host, rows);
-  }
-  void upload(const float* host, int buf, int64_t rows) override {
-    nap();
-    s_->upload(host, buf, rows);
-    nap();
-  }
-  std::shared_ptr<float> host_buffer(int64_t n) override { return s_->host_buffer(n); }
-
- private:
-  void nap() {
-    if (!jitter) return;
-    int us;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      us = std::uniform_int_distribution<int>(0, 3)(rng_) == 0 ? std::uniform_int_distribution<int>(0, 400)(rng_) : 0;
-    }
-    if (us) std::this_thread::sleep_for(std::chrono::microseconds(us));
-  }
-  std::unique_ptr<runtime::PipelineStage> s_;
-  std::mt19937 rng_;
-  std::mutex mu_;
-};
-
-struct Shaky {
-  std::unique_ptr<runtime::Backend> backend;
-  std::vector<ShakyStage*> stages;
-};
-Shaky shaky_pipeline(const ir::Plan& plan, bool jitter, uint32_t seed = 1) {
-  Shaky out;
-  std::vector<std::unique_ptr<runtime::PipelineStage>> stages;
-  for (auto& s : runtime::make_cpu_stages(plan)) {
-    auto w = std::make_unique<ShakyStage>(std::move(s), seed++);
-    w->jitter = jitter;
-    out.stages.push_back(w.get());
-    stages.push_back(std::move(w));
-  }
-  out.backend = runtime::make_pipeline(plan, std::move(stages));
-  return out;
 }
 
 // One script of steps over several slots: prefills of different lengths (some not multiples of the micro-batch,

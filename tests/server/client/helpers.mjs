@@ -17,10 +17,12 @@ export const EOG_BAN = { 1000: -100, 1002: -100 };
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Starts a server; resolves once GET /health answers 200. args: extra CLI flags.
-// requestLog: keep the per-request log lines (off by default).
+// requestLog: keep the per-request log lines (off by default). QRIG_TEST_RIG (ctest's server_client_pipeline):
+// the rig the model is compiled for (cpu-3-stages.toml: a 3-stage pipeline of CPU stages).
 export async function startServer({ args = [], env = {}, parallel = 4, ctx = 2048, model = TINY, requestLog = false } = {}) {
+  const rig = process.env.QRIG_TEST_RIG && model && !args.includes('--rig') ? ['--rig', process.env.QRIG_TEST_RIG] : [];
   const argv = ['serve', ...(model ? [model] : []), '--port', '0', '--parallel', String(parallel), '--ctx', String(ctx),
-    ...(requestLog ? [] : ['--no-request-log']), ...args];
+    ...(requestLog ? [] : ['--no-request-log']), ...rig, ...args];
   const proc = spawn(BINARY, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });

@@ -3,11 +3,14 @@
 # (QRIG_SHARED_DIR, else QRIG_SHARED_DIR_DEFAULT from CMake), except operate.test.mjs, which serves a
 # `qrig synth` model: without the fixtures only that file runs, after one line saying what is missing; the run
 # then fails unless missing inputs are allowed (QRIG_TESTS_ALLOW_MISSING=1 outside CI, tests/missing_input.h).
+# Arguments: node, then test files to run (all of them when none are given; ctest's server_client_pipeline names
+# a subset and sets QRIG_TEST_RIG).
 node=${1:-node}
+[ $# -gt 0 ] && shift
 shared=${QRIG_SHARED_DIR:-${QRIG_SHARED_DIR_DEFAULT:-../../../../shared}}
 export QRIG_SHARED_DIR="$shared"
 if [ -f "$shared/fixtures/tiny.gguf" ]; then
-  exec "$node" --test --test-concurrency=1
+  exec "$node" --test --test-concurrency=1 "$@"
 fi
 allowed=0
 case "${CI:-}" in ""|0|false) [ "${QRIG_TESTS_ALLOW_MISSING:-}" = 1 ] && allowed=1 ;; esac
