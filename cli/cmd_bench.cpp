@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -45,12 +46,21 @@ class BenchModel {
 
 class BackendModel final : public BenchModel {
  public:
+  // A backend that selects candidates where the logits are (a CUDA pipeline's last stage) picks the greedy token
+  // there: no row of logits crosses to the host, as with CudaModel's argmax.
   BackendModel(const ir::Plan& plan, const runtime::BackendOptions& opt)
-      : b_(runtime::make_backend(plan, opt)), max_(plan.max_batch_tokens) {}
+      : b_(runtime::make_backend(plan, opt)), max_(plan.max_batch_tokens),
+        greedy_(greedy_params(), (int32_t)std::max<int64_t>(1, std::min(plan.vocab_real, b_->vocab_rows()))) {}
   std::vector<runtime::StageStats> stage_stats() const override { return b_->stage_stats(); }
   void reset_stage_stats() override { b_->reset_stage_stats(); }
   void reset() override { b_->reset(0); }
   int32_t run(const std::vector<int32_t>& tokens, bool last) override {
+    if (last && b_->top_k_max() > 0) {
+      std::vector<std::optional<runtime::TopCandidates>> top;
+      auto out = b_->step_select({runtime::StepInput{0, tokens, true}}, {{&greedy_, 1}}, top);
+      if (top[0]) return greedy_.pick_top(*top[0], 0.0);
+      return greedy_.pick(out[0].data(), (int32_t)out[0].size(), 0.0);
+    }
     auto out = b_->step({runtime::StepInput{0, tokens, last}});
     if (!last) return -1;
     const auto& l = out[0];
@@ -63,8 +73,15 @@ class BackendModel final : public BenchModel {
   }
 
  private:
+  static runtime::SamplingParams greedy_params() {
+    runtime::SamplingParams p;
+    p.temperature = 0;
+    p.penalty_last_n = 0;
+    return p;
+  }
   std::unique_ptr<runtime::Backend> b_;
   int64_t max_;
+  runtime::Sampler greedy_;
 };
 
 #ifdef QRIG_HAVE_CUDA
