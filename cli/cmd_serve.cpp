@@ -58,7 +58,7 @@ const Option kOptions[] = {
     {"--rig", "QRIG_RIG", "", "rig description for compiling a .gguf (default: this machine's CPU)"},
     {"--backend", "QRIG_BACKEND", "", "force a backend when compiling a .gguf: cpu | cuda"},
     {"--gpu-memory-utilization", "QRIG_GPU_MEMORY_UTILIZATION", "0.92",
-     "fraction of each GPU's memory a compiled plan may use (.gguf only; not yet measured)"},
+     "fraction of each GPU's memory a compiled plan may use (.gguf only; the runtime needs ~0.6 GiB beyond the plan)"},
     {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
     {"--metrics-compat", "QRIG_METRICS_COMPAT", "", "also name metrics as llama-server and/or vLLM do: llamacpp,vllm"},
 };

@@ -17,7 +17,8 @@ constexpr int64_t kDefaultPreciseRows = 4;
 
 // The fraction of each GPU's memory (the rig's memory_gib) a plan may use, like vLLM's --gpu-memory-utilization:
 // the rest is left to what the runtime needs beyond the plan (CUDA context, kernel libraries, CUDA graphs,
-// allocator fragmentation). Not yet measured on a GPU: a safe guess (vLLM's default is 0.9).
+// allocator fragmentation). Measured on an H200 (bench/RESULTS.md, 2026-12-02): 536 MiB beyond the plan for the tiny
+// model, ~640 MiB for 9B, after prefill and CUDA-graph decode; 0.92 leaves 1.31 GiB of a 16 GiB card (vLLM: 0.9).
 constexpr double kDefaultGpuMemoryUtilization = 0.92;
 
 struct CompileOptions {
