@@ -27,6 +27,9 @@ using namespace qrig::cuda::gputest;
 
 namespace {
 
+// fp32 attention vs the reference: measured ~1e-6 (decode) and ~2e-6 (prefill) on the H200; was 1e-4.
+constexpr double kAttTol = 1e-5;
+
 const AttentionDims kTiny{2, 1, 256}, k9B{16, 4, 256}, k27B{24, 4, 256};
 constexpr uint16_t kF16NaN = 0x7E00;
 
@@ -89,12 +92,12 @@ void check_case(const AttentionDims& d, int64_t T, int64_t pos0, float qmul, uin
   const std::vector<float> y = run(-1, g.info.sms);
   const std::string op = decode ? "attention (decode)" : "attention (prefill)";
   const double e = rel_err(y, ref);
-  report(op, shape, "vs cpu::attention_gated", e, 1e-4);
-  CHECK(e <= 1e-4);
+  report(op, shape, "vs cpu::attention_gated", e, kAttTol);
+  CHECK(e <= kAttTol);
   CHECK(cpu::test::bit_equal(run(-1, g.info.sms), y));  // deterministic
   const double e1 = rel_err(run(-1, 1), ref);           // other split counts
-  report(op, shape + " sms=1", "vs cpu::attention_gated", e1, 1e-4);
-  CHECK(e1 <= 1e-4);
+  report(op, shape + " sms=1", "vs cpu::attention_gated", e1, kAttTol);
+  CHECK(e1 <= kAttTol);
   if (!decode) {
     const double e2 = rel_err(run(1, g.info.sms), ref);
     report("attention (prefill, HFMA2 P.V)", shape, "vs cpu::attention_gated", e2, 5e-3);

@@ -28,7 +28,7 @@ using namespace qrig::cuda::gputest;
 
 namespace {
 
-constexpr double kTol = 1e-4;
+constexpr double kTol = 3e-6;  // measured <= 6.2e-7 over every shape and T here (H200, 2026-12-02); was 1e-4
 
 struct Inputs {
   GdnDims d;

@@ -37,8 +37,9 @@ KernelLoader gpu_loader() {
   return [](const Variant& v) { return Gpu::get().load(v); };
 }
 
-constexpr double kSameErr = 2e-5;                  // vs the same quantized activation
-double float_err_max(int64_t planes) { return planes == 2 ? 1e-4 : 2e-2; }  // vs the float activation
+constexpr double kSameErr = 4e-6;  // vs the same quantized activation (measured <= 9.2e-7, H200, 2026-12-02)
+// vs the float activation (measured <= 2.5e-5 with two planes, 6.2e-3 with one)
+double float_err_max(int64_t planes) { return planes == 2 ? 6e-5 : 1e-2; }
 
 // T random activation rows, quantized on the host with `planes` planes, on the device; the dequantized copy
 // for the reference. With one plane xq2 is filled with garbage (0x7F) that the kernels must not read.

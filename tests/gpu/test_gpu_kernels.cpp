@@ -1,6 +1,6 @@
 // Each default-family kernel against its CPU reference op on the GPU, on fresh random inputs at real 9B
 // shapes, outputs poisoned with NaN first. Error = max|gpu - cpu| / max|cpu| (cpu::test::rel_err). Thresholds:
-//   rmsnorm_f32        2e-6   fp32 sum of squares vs the reference's double: a few ulp; with the fused
+//   rmsnorm_f32        6e-7   fp32 sum of squares vs the reference's double: a few ulp; with the fused
 //                             quantization (q1, q2) the same row, and its int8 form exactly quant_act_q8's
 //   quant_act_q8       exact  same fp32 formulas as the host reference, bit for bit (both planes)
 //   gemv_q8_0_dp4a     2e-5   vs cpu::matmul on the same Q8_0 weights and the SAME quantized activation
@@ -56,8 +56,8 @@ void check_gemv(int64_t K, int64_t N, uint64_t seed, bool all_tilings) {
     const LoadedKernel gemv = g.load(gemv_q8_0_variant(K, planes));
     const std::vector<float> y = run_gemv(gemv, w, xq, xd, xq2);
     const double tight = rel_err(y, ref_q);
-    report("gemv_q8_0_dp4a", shape, "vs same quantized activation", tight, 2e-5);
-    CHECK(tight <= 2e-5);
+    report("gemv_q8_0_dp4a", shape, "vs same quantized activation", tight, 3e-6);  // measured <= 6.9e-7
+    CHECK(tight <= 3e-6);
     CHECK(cpu::test::bit_equal(run_gemv(gemv, w, xq, xd, xq2), y));  // deterministic
 
     // f32 activation -> quant_act_q8 -> GEMV: the decode path. Same bits as above (quantization is exact).
@@ -72,7 +72,7 @@ void check_gemv(int64_t K, int64_t N, uint64_t seed, bool all_tilings) {
                         g.stream.get());
     const std::vector<float> y2 = run_gemv(gemv, w, gq, gd, planes == 2 ? gq2 : xq2);
     CHECK(cpu::test::bit_equal(y2, y));
-    const double loose = rel_err(y2, ref_f), loose_max = planes == 2 ? 1e-4 : 2e-2;
+    const double loose = rel_err(y2, ref_f), loose_max = planes == 2 ? 6e-5 : 1e-2;  // measured 2.6e-5 / 6.0e-3 (H200, 2026-12-02)
     report("quant_act_q8 + gemv_q8_0_dp4a", shape, "vs f32 activation", loose, loose_max);
     CHECK(loose <= loose_max);
 
@@ -107,8 +107,8 @@ TEST_CASE("rmsnorm_f32 matches cpu::rmsnorm (D = 4096, 256, 5120), in place too,
     g.stream.sync("rmsnorm_f32");
     const std::vector<float> y = out.download();
     const double e = rel_err(y, ref);
-    report("rmsnorm_f32", fmt::format("{}x{}", T, D), "vs cpu::rmsnorm", e, 2e-6);
-    CHECK(e <= 2e-6);
+    report("rmsnorm_f32", fmt::format("{}x{}", T, D), "vs cpu::rmsnorm", e, 6e-7);  // measured <= 1.6e-7
+    CHECK(e <= 6e-7);
     // Fused with the quantization for a matmul: the same f32 row, and its quantized form bit for bit what the
     // host reference (= quant_act_q8) makes of that row.
     for (const int64_t planes : {1, 2}) {

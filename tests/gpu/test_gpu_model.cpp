@@ -11,7 +11,7 @@
 //   logits vs the float64 reference            <= 1e-1, top-1 agreement >= 90%: the family's int8
 //       activations cost ~7e-2 and ~6% of top-1 on this random model (the CPU emulation measures 7.8e-2 and
 //       93.7%); the fp32 CPU reference stays at 5e-6 and 100%.
-//   precise plan vs the float64 reference      <= 5e-3, top-1 agreement >= 99% (the CPU emulation: 3e-4, 100%)
+//   precise plan vs the float64 reference      <= 1.5e-3 (measured 3.4e-4), top-1 agreement >= 99% (the CPU emulation: 3e-4, 100%)
 // Decode steps run as CUDA graphs (captured once, patched per token): their logits must equal, bit for bit,
 // those of the same steps launched kernel by kernel.
 // Also: prefill + one-token decode gives what one prefill gives (same tolerance against the reference), a
@@ -209,8 +209,8 @@ TEST_CASE("two sequences in one GPU step get what each gets alone; snapshots res
                 {{0}, {0}}, true, false);
     check_pair(o, (size_t)(t - 19));
   }
-  report("model (tiny, cuda)", "2 sequences per step vs alone", "logits max rel err", worst, 1e-3);
-  CHECK(worst <= 1e-3);  // a batched step's matmuls may take another kernel than a single row's
+  report("model (tiny, cuda)", "2 sequences per step vs alone", "logits max rel err", worst, 5e-4);
+  CHECK(worst <= 5e-4);    // a batched step's matmuls may take another kernel than a single row's
   // snapshot slot 1 at position 26, run two tokens, restore, run them again: bit-identical (same kernels)
   const std::shared_ptr<runtime::Snapshot> snap = ex.save(1);
   std::vector<std::vector<float>> first, again;
@@ -248,12 +248,12 @@ TEST_CASE("a precise plan (two activation planes everywhere) matches the float64
   }
   const double top1_a = (double)prefill_all.top1 / (double)prefill_all.n;
   const double top1_b = (double)split_decode.top1 / (double)split_decode.n;
-  report("model (tiny, cuda, precise)", "prefill, all 4 sequences", "logits max rel err vs float64", prefill_all.max_err, 5e-3);
+  report("model (tiny, cuda, precise)", "prefill, all 4 sequences", "logits max rel err vs float64", prefill_all.max_err, 1.5e-3);
   report("model (tiny, cuda, precise)", "prefill, all 4 sequences", "top-1 disagreement vs float64", 1.0 - top1_a, 0.01);
-  report("model (tiny, cuda, precise)", "prefill 17 + decode", "logits max rel err vs float64", split_decode.max_err, 5e-3);
+  report("model (tiny, cuda, precise)", "prefill 17 + decode", "logits max rel err vs float64", split_decode.max_err, 1.5e-3);
   report("model (tiny, cuda, precise)", "prefill 17 + decode", "top-1 disagreement vs float64", 1.0 - top1_b, 0.01);
-  CHECK(prefill_all.max_err <= 5e-3);
-  CHECK(split_decode.max_err <= 5e-3);
+  CHECK(prefill_all.max_err <= 1.5e-3);
+  CHECK(split_decode.max_err <= 1.5e-3);
   CHECK(top1_a >= 0.99);
   CHECK(top1_b >= 0.99);
 }
