@@ -122,8 +122,9 @@ struct KvCacheView {
 
 // attention_gated over caches of any format. t4/t3 keys: the query is rotated once per (token, head) and scored
 // against the codebook levels in the rotated domain (q.k = Rq.Rk); t4/t3 values: probabilities times the
-// rotated levels are accumulated and the output is rotated back once per (token, head). q8: per-key
-// dequantization of the head's values. f32/f16 both: exactly attention_gated.
+// rotated levels are accumulated and the output is rotated back once per (token, head). Rows are expanded (codes
+// to levels, int8 to floats) once per call, 512 positions at a time, under an online softmax: the transient
+// memory stays small at any context. f32/f16 both: exactly attention_gated.
 void attention_gated_kv(const float* q, const KvCacheView& k, const KvCacheView& v, int64_t layer, int64_t T,
                         int64_t pos0, int64_t Hq, int64_t Hkv, int64_t hd, float scale, const float* gate,
                         int64_t gate_row_stride, int64_t gate_head_stride, float* out);

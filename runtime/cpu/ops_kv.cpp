@@ -12,6 +12,10 @@
 #include "runtime/cpu/ops_internal.h"
 #include "runtime/cpu/thread_pool.h"
 
+// GCC (12) warns that the inlined dot/axpy tail loops could overflow for head dims near 2^62 (a false positive:
+// head dims are checked and small).
+#pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
+
 namespace qrig::cpu {
 
 using detail::fail;
@@ -213,61 +217,103 @@ void attention_gated_kv(const float* q, const KvCacheView& k, const KvCacheView&
   if (T == 0) return;
   for (const void* p : {(const void*)q, (const void*)k.data, (const void*)v.data, (const void*)gate, (const void*)out})
     require_ptr(p, op, "an argument");
-  const int64_t group = Hq / Hkv, n_max = pos0 + T, nb = hd / kB;
+  const int64_t group = Hq / Hkv, n_max = pos0 + T, nb = hd / kB, items = T * Hq, row_blocks = width / kB;
   const bool k_rot = kernels::kv_format_rotated(k.format), v_rot = kernels::kv_format_rotated(v.format);
-  parallel_for(T * Hq, [&](int64_t b, int64_t e) {
-    std::vector<float> scores((size_t)n_max), o((size_t)hd), qr((size_t)hd), tmp((size_t)hd);
+
+  // Per (token, head) item: the query (rotated once into the keys' domain for t4/t3 keys), the running max and
+  // sum of the softmax, and the output accumulator (in the values' rotated domain for t4/t3 values).
+  std::vector<float> qr((size_t)(items * hd)), o((size_t)(items * hd), 0.0f), m((size_t)items, -INFINITY);
+  std::vector<double> denom((size_t)items, 0.0);
+  parallel_for(items, [&](int64_t b, int64_t e) {
     for (int64_t idx = b; idx < e; ++idx) {
-      const int64_t tp = idx / Hq, h = idx % Hq;
-      const int64_t t = (tp % 2 == 0) ? tp / 2 : T - 1 - tp / 2;
-      const int64_t n = pos0 + t + 1, kvh = h / group;
+      const int64_t t = idx / Hq, h = idx % Hq, kvh = h / group;
       const float* qh = q + t * Hq * hd + h * hd;
-      if (k_rot)  // once per (token, head): scores are then taken in the keys' rotated domain
-        for (int64_t j = 0; j < nb; ++j) kv_rotate(qh + j * kB, layer, kvh * nb + j, qr.data() + j * kB);
-      float m = -INFINITY;
-      for (int64_t p = 0; p < n; ++p) {
-        const uint8_t* row = k.data + p * k.row_bytes;
-        float sc = 0.0f;
-        if (k_rot) {
-          for (int64_t j = 0; j < nb; ++j) {
-            const float s = t_levels(k.format, row, width, kvh * nb + j, tmp.data());
-            sc += s * detail::dot(qr.data() + j * kB, tmp.data(), kB);
-          }
-        } else if (k.format == KvFormat::q8) {
-          q8_values(row, width, kvh * hd, hd, tmp.data());
-          sc = detail::dot(qh, tmp.data(), hd);
-        } else {
-          sc = detail::dot(qh, reinterpret_cast<const float*>(row) + kvh * hd, hd);
-        }
-        scores[(size_t)p] = sc * scale;
-        m = std::max(m, scores[(size_t)p]);
-      }
-      double denom = 0.0;
-      std::fill(o.begin(), o.end(), 0.0f);
-      for (int64_t p = 0; p < n; ++p) {
-        const float w = std::exp(scores[(size_t)p] - m);
-        denom += w;
-        const uint8_t* row = v.data + p * v.row_bytes;
-        if (v_rot) {
-          for (int64_t j = 0; j < nb; ++j) {
-            const float s = t_levels(v.format, row, width, kvh * nb + j, tmp.data());
-            detail::axpy(w * s, tmp.data(), o.data() + j * kB, kB);  // rotated output
-          }
-        } else if (v.format == KvFormat::q8) {
-          q8_values(row, width, kvh * hd, hd, tmp.data());
-          detail::axpy(w, tmp.data(), o.data(), hd);
-        } else {
-          detail::axpy(w, reinterpret_cast<const float*>(row) + kvh * hd, o.data(), hd);
-        }
-      }
-      if (v_rot)  // once per (token, head): back from the values' rotated domain
-        for (int64_t j = 0; j < nb; ++j) kv_unrotate(o.data() + j * kB, layer, kvh * nb + j, o.data() + j * kB);
-      const double inv = 1.0 / denom;
-      const float* gh = gate + t * gate_row_stride + h * gate_head_stride;
-      float* oh = out + t * Hq * hd + h * hd;
-      for (int64_t i = 0; i < hd; ++i) oh[i] = static_cast<float>(o[(size_t)i] * inv) * detail::sigmoid(gh[i]);
+      float* dst = qr.data() + idx * hd;
+      if (k_rot)
+        for (int64_t j = 0; j < nb; ++j) kv_rotate(qh + j * kB, layer, kvh * nb + j, dst + j * kB);
+      else
+        std::copy(qh, qh + hd, dst);
     }
-  }, std::max<int64_t>(1, 65536 / (hd * n_max)));
+  });
+
+  // Keys and values are read a chunk of positions at a time, each row's codes expanded once per call (not once per
+  // query): codebook levels and a scale per 256-value vector for t4/t3 (still rotated), values for q8/f32/f16.
+  // The softmax is the online one (running max, rescaled sums) over the chunks.
+  constexpr int64_t kChunk = 512;
+  std::vector<float> kbuf((size_t)(kChunk * width)), vbuf((size_t)(kChunk * width));
+  std::vector<float> kscale((size_t)(kChunk * row_blocks), 1.0f), vscale((size_t)(kChunk * row_blocks), 1.0f);
+  auto expand = [&](const KvCacheView& c, int64_t p0, int64_t p1, std::vector<float>& buf, std::vector<float>& sc) {
+    parallel_for(p1 - p0, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const uint8_t* row = c.data + (p0 + i) * c.row_bytes;
+        float* x = buf.data() + i * width;
+        if (kernels::kv_format_rotated(c.format))
+          for (int64_t blk = 0; blk < row_blocks; ++blk)
+            sc[(size_t)(i * row_blocks + blk)] = t_levels(c.format, row, width, blk, x + blk * kB);
+        else if (c.format == KvFormat::q8)
+          q8_values(row, width, 0, width, x);
+        else
+          std::memcpy(x, row, (size_t)width * 4);
+      }
+    }, 16);
+  };
+  for (int64_t c0 = 0; c0 < n_max; c0 += kChunk) {
+    const int64_t c1 = std::min(n_max, c0 + kChunk);
+    expand(k, c0, c1, kbuf, kscale);
+    expand(v, c0, c1, vbuf, vscale);
+    parallel_for(items, [&](int64_t b, int64_t e) {
+      std::vector<float> scores((size_t)kChunk);
+      for (int64_t idx = b; idx < e; ++idx) {
+        const int64_t t = idx / Hq, h = idx % Hq, kvh = h / group;
+        const int64_t end = std::min(c1, pos0 + t + 1);  // attended positions 0..pos0+t
+        if (end <= c0) continue;
+        const float* qh = qr.data() + idx * hd;
+        float* oh = o.data() + idx * hd;
+        float mc = -INFINITY;
+        for (int64_t p = c0; p < end; ++p) {
+          const float* kr = kbuf.data() + (p - c0) * width + kvh * hd;
+          float sc = 0.0f;
+          if (k_rot)
+            for (int64_t j = 0; j < nb; ++j)
+              sc += kscale[(size_t)((p - c0) * row_blocks + kvh * nb + j)] * detail::dot(qh + j * kB, kr + j * kB, kB);
+          else
+            sc = detail::dot(qh, kr, hd);
+          scores[(size_t)(p - c0)] = sc * scale;
+          mc = std::max(mc, scores[(size_t)(p - c0)]);
+        }
+        const float mn = std::max(m[(size_t)idx], mc);
+        if (m[(size_t)idx] != mn && m[(size_t)idx] != -INFINITY) {  // rescale what earlier chunks summed
+          const float f = std::exp(m[(size_t)idx] - mn);
+          denom[(size_t)idx] *= f;
+          detail::scale(f, oh, hd);
+        }
+        m[(size_t)idx] = mn;
+        for (int64_t p = c0; p < end; ++p) {
+          const float w = std::exp(scores[(size_t)(p - c0)] - mn);
+          denom[(size_t)idx] += w;
+          const float* vr = vbuf.data() + (p - c0) * width + kvh * hd;
+          if (v_rot)
+            for (int64_t j = 0; j < nb; ++j)
+              detail::axpy(w * vscale[(size_t)((p - c0) * row_blocks + kvh * nb + j)], vr + j * kB, oh + j * kB, kB);
+          else
+            detail::axpy(w, vr, oh, hd);
+        }
+      }
+    });
+  }
+
+  parallel_for(items, [&](int64_t b, int64_t e) {
+    for (int64_t idx = b; idx < e; ++idx) {
+      const int64_t t = idx / Hq, h = idx % Hq, kvh = h / group;
+      float* oh = o.data() + idx * hd;
+      if (v_rot)  // once per (token, head): back from the values' rotated domain
+        for (int64_t j = 0; j < nb; ++j) kv_unrotate(oh + j * kB, layer, kvh * nb + j, oh + j * kB);
+      const double inv = 1.0 / denom[(size_t)idx];
+      const float* gh = gate + t * gate_row_stride + h * gate_head_stride;
+      float* dst = out + t * Hq * hd + h * hd;
+      for (int64_t i = 0; i < hd; ++i) dst[i] = static_cast<float>(oh[i] * inv) * detail::sigmoid(gh[i]);
+    }
+  });
 }
 
 }  // namespace qrig::cpu
