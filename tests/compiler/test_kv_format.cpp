@@ -3,6 +3,7 @@
 // otherwise), the bytes per token of each format, and the 9B model at 262144 tokens on one 16 GiB CMP card.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -170,4 +171,38 @@ TEST_CASE("kv formats: 9B at 262144 tokens fits one 16 GiB CMP card with 3-bit v
   CHECK(fit(c, "k32v32").context < 262144);
   CHECK(kv_of(c) == "k8v8");
   CHECK(c.memory.devices[0].total <= c.memory.devices[0].budget);
+}
+
+// 27B Q8_0 over the CMP rig's four cards at 262144 tokens: the trade table is per device, each card holding the
+// caches of its own attention layers (the runtime runs one-GPU plans until the pipeline lands; this checks the
+// per-device arithmetic). One sequence fits in fp16; four need a quantized pair (k8v4 or smaller), which CUDA
+// plans refuse until the kernels exist.
+TEST_CASE("kv formats: 27B at 262144 tokens, the per-device arithmetic over four CMP cards", "[compiler][kv]") {
+  compiler::CompileOptions co;
+  co.max_sequences = 1;
+  co.max_batch_tokens = 64;
+  co.context_length = 262144;
+  const ir::Plan one = presets::compile_preset("27b", "cmp-100-210-x4", co);
+  REQUIRE(one.memory.devices.size() == 4);
+  CHECK(kv_of(one) == "k16v16");
+  CHECK(one.context_length == 262144);
+  // 16 attention layers of 4 kv heads x 256, 4 per card.
+  CHECK(fit(one, "k16v16").bytes_per_token == 16 * 2 * 2048);
+  for (const auto& d : one.memory.devices) CHECK(d.total <= d.budget);
+  for (const auto& e : one.memory.kv_fits) {
+    CAPTURE(e.kv);
+    REQUIRE(e.device_contexts.size() == 4);
+    CHECK(e.context == *std::min_element(e.device_contexts.begin(), e.device_contexts.end()));
+  }
+  co.max_sequences = 4;
+  CHECK_THROWS_WITH(presets::compile_preset("27b", "cmp-100-210-x4", co), Catch::Contains("fp16 caches only"));
+  co.context_length = 0;
+  const ir::Plan four = presets::compile_preset("27b", "cmp-100-210-x4", co);
+  CHECK(fit(four, "k16v16").context < 262144);
+  CHECK(fit(four, "k8v3").context >= 262144);
+  CHECK(kv_of(four) == "k16v16");
+  CHECK(four.context_length == fit(four, "k16v16").context);
+  bool noted = false;
+  for (const auto& n : four.notes) noted |= n.find("would fit the model's 262144 tokens") != std::string::npos;
+  CHECK(noted);
 }
