@@ -38,6 +38,9 @@ void print_warnings(const ir::Plan& p) {
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   const ModelSource src = resolve_model(path);
   if (src.plan) {
+    if (!opt.kv.empty())
+      throw UsageError(fmt::format("--kv {}: {} is a plan directory, its cache formats are decided (qrig compile --kv)",
+                                   opt.kv, src.path));
     ir::Plan p = ir::Plan::read(src.path);
     std::string note;
     locate_plan_model(p, src.path, opt.model_override, &note);

@@ -163,3 +163,18 @@ TEST_CASE("a 16K-token context with a k8v3 cache agrees with the f16 plan", "[ru
   CHECK(mean_kl < 2e-5);
   CHECK(late_kl < 2e-5);
 }
+
+TEST_CASE("a CPU sequence holds quantized caches in exactly the bytes the plan budgets", "[runtime][kv][fixtures]") {
+  for (const char* kv : {"k32v32", "k8v8", "k8v3", "k4v4", "k3v3"}) {
+    CAPTURE(kv);
+    const ir::Plan plan = plan_for(kv, 1000);
+    runtime::CpuExecutor ex(plan, runtime::open_plan_model(plan));
+    CHECK(ex.sequence_bytes() ==
+          plan.memory.state_bytes_per_sequence + plan.memory.kv_bytes_per_token * plan.context_length);
+    // A wrong format on the ops (a hand edit) is refused at bind.
+    ir::Plan bad = plan;
+    for (auto& op : bad.graph.ops)
+      if (op.kind == ir::OpKind::attention) op.set("v_format", std::string("q8") == plan.v_dtype ? "t3" : "q8");
+    CHECK_THROWS_WITH(runtime::CpuExecutor(bad, runtime::open_plan_model(bad)), Catch::Contains("v_format"));
+  }
+}
