@@ -20,6 +20,14 @@ namespace qrig::cli {
 
 namespace {
 
+// "k8v3" for q8 keys and t3 values (kernels/kv_format.h's spelling).
+std::string kv_spelling(const std::string& k, const std::string& v) {
+  auto bits = [](const std::string& f) {
+    return f == "f32" ? "32" : f == "f16" ? "16" : f == "q8" ? "8" : f == "t4" ? "4" : f == "t3" ? "3" : "?";
+  };
+  return std::string("k") + bits(k) + "v" + bits(v);
+}
+
 void print_warnings(const ir::Plan& p) {
   for (const auto& n : p.notes)
     if (n.rfind("warning:", 0) == 0) fmt::print(stderr, "qrig: {}\n", n);
@@ -30,6 +38,9 @@ void print_warnings(const ir::Plan& p) {
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   const ModelSource src = resolve_model(path);
   if (src.plan) {
+    if (!opt.kv.empty())
+      throw UsageError(fmt::format("--kv {}: {} is a plan directory, its cache formats are decided (qrig compile --kv)",
+                                   opt.kv, src.path));
     ir::Plan p = ir::Plan::read(src.path);
     std::string note;
     locate_plan_model(p, src.path, opt.model_override, &note);
@@ -49,6 +60,7 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.precise_rows = opt.precise_rows;
   co.max_logit_rows = opt.max_logit_rows;
   co.ptx_jit = opt.ptx_jit;
+  co.kv = opt.kv;
   if (opt.gpu_memory_utilization > 0) co.gpu_memory_utilization = opt.gpu_memory_utilization;
   ir::Plan p = compiler::compile(f, rig, co);
   print_warnings(p);
@@ -68,13 +80,14 @@ std::string backend_for_ngl(const Args& a, const std::string& backend) {
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows",
-          "--gpu-memory-utilization", "--micro-batch"},
+          "--gpu-memory-utilization", "--micro-batch", "--kv"},
          {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--ptx"},
          {{"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-b", "--batch"}, {"--batch-size", "--batch"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
-                     "[--backend cpu|cuda] [--gpus N] [--micro-batch N] [--gpu-memory-utilization F] [--precise | --precise-rows N] "
-                     "[--emulate-dp4a] [--no-cuda-graphs] [--ptx] [--no-precompile]");
+                     "[--backend cpu|cuda] [--gpus N] [--micro-batch N] [--gpu-memory-utilization F] "
+                     "[--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--precise | --precise-rows N] [--emulate-dp4a] "
+                     "[--no-cuda-graphs] [--ptx] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   const ModelSource src = resolve_model(a.positional()[0]);
@@ -98,6 +111,7 @@ int cmd_compile(int argc, char** argv) {
   co.decode_graphs = !a.has("--no-cuda-graphs");
   co.ptx_jit = a.has("--ptx");
   co.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", co.gpu_memory_utilization);
+  co.kv = a.get("--kv");
   ir::Plan plan = compiler::compile(f, rig, co);
 #ifdef QRIG_HAVE_CUDA
   if (plan.backend == "cuda") {
@@ -149,7 +163,19 @@ int cmd_inspect(int argc, char** argv) {
   fmt::print("gdn       chunk {}, recurrent below {} tokens per sequence\n", p.gdn_chunk, p.gdn_recurrent_below);
   if (p.kernel_family != "reference")
     fmt::print("matmuls   int8 activations: two planes up to {} rows per matmul, one plane above\n", p.precise_rows);
-  fmt::print("kv cache  keys {}, values {}\n", p.k_dtype, p.v_dtype);
+  fmt::print("kv cache  keys {}, values {} ({}), {} bytes per token per sequence\n", p.k_dtype, p.v_dtype,
+             kv_spelling(p.k_dtype, p.v_dtype), p.memory.kv_bytes_per_token);
+  if (!p.memory.kv_fits.empty()) {
+    fmt::print("          the longest context per sequence ({} sequences) that fits each format:\n", p.max_sequences);
+    fmt::print("          {:<8} {:>13} {:>10}", "kv", "bytes/token", "context");
+    for (const auto& d : p.memory.devices) fmt::print(" {:>10}", d.device);
+    fmt::print("\n");
+    for (const auto& f : p.memory.kv_fits) {
+      fmt::print("          {:<8} {:>13} {:>10}", f.kv, f.bytes_per_token, f.context);
+      for (int64_t c : f.device_contexts) fmt::print(" {:>10}", c);
+      fmt::print("{}\n", f.kv == kv_spelling(p.k_dtype, p.v_dtype) ? "  <- this plan" : "");
+    }
+  }
   if (p.backend == "cuda") fmt::print("decode    CUDA graphs {}\n", p.decode_graphs ? "on" : "off");
   if (p.placement.size() == 1) {
     fmt::print("placement {}: layers {}-{}\n", p.placement[0].device, p.placement[0].first_layer,

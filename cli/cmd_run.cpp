@@ -52,7 +52,7 @@ const std::set<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "-
 int cmd_run(int argc, char** argv) {
   std::set<std::string> flags = kSamplingFlags;
   flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f",
-                "--model", "--gpu-memory-utilization", "--n-gpu-layers"});
+                "--model", "--gpu-memory-utilization", "--n-gpu-layers", "--kv"});
   // llama-cli's spellings of the same flags.
   Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs", "--ptx"},
          {{"-m", "--model"}, {"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-ngl", "--n-gpu-layers"}});
@@ -79,6 +79,7 @@ int cmd_run(int argc, char** argv) {
   lo.max_sequences = 1;
   lo.ptx_jit = a.has("--ptx");
   lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);
+  lo.kv = a.get("--kv");
   std::string model = a.positional().empty() ? a.get("--model") : a.positional()[0];
   if (!a.positional().empty()) lo.model_override = a.get("--model");
   if (model.empty()) model = builtin_model_path();

@@ -41,6 +41,7 @@ struct LoadOptions {
   bool ptx_jit = false;        // CompileOptions::ptx_jit (--ptx: an older architecture's plan on a newer GPU)
   double gpu_memory_utilization = 0;  // CompileOptions::gpu_memory_utilization; 0: its default
   std::string model_override;  // --model: a plan directory's model file at a new place
+  std::string kv;              // CompileOptions::kv (--kv k8v3); "" lets the compiler choose
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
 

@@ -15,6 +15,8 @@ struct SequenceReport {
   int64_t tokens = 0;
   double max_rel_err = 0;              // logits: max over positions of max|a-r| / max|r|
   int64_t top1_agree = 0;              // positions whose argmax matches
+  double kl_sum = 0;                   // sum over positions of KL(reference || model) of the next-token
+                                       // distributions (softmax of the logits), in nats
   std::map<int, double> layer_err;     // hidden.i: the same metric per layer
 };
 

@@ -44,6 +44,8 @@ struct CompileOptions {
   // GPU plans: the budget per device is this fraction of its memory, in (0, 1]. CPU rigs say in memory_gib what
   // the plan may use.
   double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
+  // Key and value cache formats, spelled "k8v3" (kernels/kv_format.h); "" lets the KV-format pass choose.
+  std::string kv;
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.

@@ -13,6 +13,8 @@ const char* dtype_name(DType d) {
     case DType::f16: return "f16";
     case DType::i32: return "i32";
     case DType::q8: return "q8";
+    case DType::t4: return "t4";
+    case DType::t3: return "t3";
   }
   return "?";
 }

@@ -34,7 +34,9 @@ constexpr int64_t kContext = -3;  // "C": the context length the plan allows (si
 
 // q8: activations quantized for the dp4a matmuls (int8 per value with an f32 scale per 32 values, and for
 // steps of at most the op's precise_rows rows a second int8 plane); its shape counts the values it encodes.
-enum class DType { f32, f16, i32, q8 };
+// Key and value caches (states) may be f32, f16, q8, t4 or t3: kernels/kv_format.h (a q8 cache is int8 per
+// value with an fp16 scale per 32 values; t4/t3: rotated Lloyd-Max codes per 256-value vector and its scale).
+enum class DType { f32, f16, i32, q8, t4, t3 };
 const char* dtype_name(DType d);
 
 struct Type {

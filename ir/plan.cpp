@@ -98,7 +98,7 @@ const toml::table& table(const toml::table& root, const char* name, const std::s
 constexpr int64_t kMaxBytes = int64_t{1} << 50;  // 1 PiB: any byte count above this is nonsense
 const std::set<std::string> kBackends = {"cpu", "cuda"};
 const std::set<std::string> kFamilies = {"reference", "dp4a", "dp4a-emulated"};
-const std::set<std::string> kKvTypes = {"f32", "f16"};
+const std::set<std::string> kKvTypes = {"f32", "f16", "q8", "t4", "t3"};  // kernels/kv_format.h
 
 bool valid_device(const std::string& d) {
   static const std::regex re("cpu|cpu:[0-9]{1,2}|cuda:[0-9]{1,3}");
@@ -142,6 +142,14 @@ std::string Plan::to_toml() const {
                                {"sampling", d.sampling}, {"states", d.states}, {"snapshots", d.snapshots},
                                {"total", d.total}, {"budget", d.budget}});
   mem.insert("device", devs);
+  toml::array fits;
+  for (const KvFit& f : memory.kv_fits) {
+    toml::array ctx;
+    for (int64_t c : f.device_contexts) ctx.push_back(c);
+    fits.push_back(toml::table{{"kv", f.kv}, {"bytes_per_token", f.bytes_per_token}, {"context", f.context},
+                               {"device_contexts", ctx}});
+  }
+  if (!fits.empty()) mem.insert("kv_fit", fits);
   toml::array places;
   for (const Placement& p : placement)
     places.push_back(toml::table{{"device", p.device}, {"ordinal", p.ordinal}, {"first_layer", p.first_layer},
@@ -262,6 +270,28 @@ Plan Plan::read(const std::string& dir) {
       p.memory.devices.push_back(m);
     }
   }
+  if (const toml::node* n = mem.t.get("kv_fit")) {
+    const toml::array* arr = n->as_array();
+    if (!arr) throw Error(fmt::format("{}: [[memory.kv_fit]] must be an array of tables", file));
+    for (const auto& e : *arr) {
+      const toml::table* ft = e.as_table();
+      if (!ft) throw Error(fmt::format("{}: [[memory.kv_fit]] entries must be tables", file));
+      const Fields f{*ft, file + " [[memory.kv_fit]]"};
+      KvFit k;
+      k.kv = f.str("kv");
+      k.bytes_per_token = f.integer("bytes_per_token", 1, kMaxBytes);
+      k.context = f.integer("context", 0, kMaxBytes);
+      const toml::array* ctx = ft->get("device_contexts") ? ft->get("device_contexts")->as_array() : nullptr;
+      if (!ctx) throw Error(fmt::format("{}: [[memory.kv_fit]] {}: device_contexts must be an array", file, k.kv));
+      for (const auto& c : *ctx) {
+        auto v = c.value_exact<int64_t>();
+        if (!v || *v < 0 || *v > kMaxBytes)
+          throw Error(fmt::format("{}: [[memory.kv_fit]] {}: device_contexts must be non-negative integers", file, k.kv));
+        k.device_contexts.push_back(*v);
+      }
+      p.memory.kv_fits.push_back(k);
+    }
+  }
   if (auto arr = t["placement"].as_array()) {
     for (const auto& e : *arr) {
       const toml::table* pt = e.as_table();
@@ -333,6 +363,13 @@ Plan Plan::read(const std::string& dir) {
     verify(p.graph);
   } catch (const Error& e) {
     throw Error(fmt::format("{}/graph.ir: {}", dir, e.what()));
+  }
+  // The caches' element types are the plan's k_dtype / v_dtype (a hand edit must change both).
+  for (const State& st : p.graph.states) {
+    const bool key = st.name.rfind("k.", 0) == 0, value = st.name.rfind("v.", 0) == 0;
+    if ((key || value) && dtype_name(st.type.dtype) != (key ? p.k_dtype : p.v_dtype))
+      throw Error(fmt::format("{}/graph.ir: state %{} is {} but plan.toml says {} = '{}'", dir, st.name,
+                              dtype_name(st.type.dtype), key ? "k_dtype" : "v_dtype", key ? p.k_dtype : p.v_dtype));
   }
   const int64_t last = p.placement.back().last_layer;
   std::set<std::string> stage_devices;

@@ -39,6 +39,15 @@ struct DeviceMemory {
   int64_t budget = 0;       // what the plan may use of the device
 };
 
+// The KV-format pass's trade table: per key/value format pair, the cache bytes per token (one sequence, every
+// device) and the longest context that fits at the plan's sequence slots, on every device and on each.
+struct KvFit {
+  std::string kv;                       // "k16v16", "k8v3", ...
+  int64_t bytes_per_token = 0;
+  int64_t context = 0;                  // the smallest of device_contexts
+  std::vector<int64_t> device_contexts;  // per device of MemoryPlan::devices, in order
+};
+
 struct MemoryPlan {
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;        // per sequence, keys and values of every attention layer
@@ -49,6 +58,7 @@ struct MemoryPlan {
   int64_t snapshots_per_slot = 0;        // prefix-cache snapshots the engine may hold per slot
   int64_t bridge_host_bytes = 0;         // pipelines: pinned host buffers between stages (two per boundary)
   std::vector<DeviceMemory> devices;     // per device of the placement
+  std::vector<KvFit> kv_fits;            // the KV-format pass's candidates (and the formats it could not use)
 };
 
 // One decision of the kernel pass, for `qrig inspect`: ops of one kind and shape, a range of rows, the
@@ -102,7 +112,7 @@ struct Plan {
   // GPU matmuls over at most this many activation rows quantize them to two int8 planes (~15 bits: decode is
   // bound by the weight bytes, so it costs little); larger ones (prefill) to one plane, llama.cpp's numerics.
   int64_t precise_rows = 0;
-  std::string k_dtype;         // keys in the KV cache: "f32" | "f16"
+  std::string k_dtype;         // keys in the KV cache: "f32" | "f16" | "q8" | "t4" | "t3" (kernels/kv_format.h)
   std::string v_dtype;         // values
   bool decode_graphs = false;  // decode steps run as CUDA graphs (captured once per shape, then replayed)
   int64_t threads = 0;         // cpu threads (0 = all cores)

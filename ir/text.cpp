@@ -130,6 +130,8 @@ struct Lexer {
     else if (dt == "f16") t.dtype = DType::f16;
     else if (dt == "i32") t.dtype = DType::i32;
     else if (dt == "q8") t.dtype = DType::q8;
+    else if (dt == "t4") t.dtype = DType::t4;
+    else if (dt == "t3") t.dtype = DType::t3;
     else fail("unknown dtype '" + dt + "'");
     expect('[');
     if (!eat(']')) {

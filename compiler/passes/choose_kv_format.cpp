@@ -1,23 +1,188 @@
-// Pass: the element types of the KV cache, keys and values separately. The CPU reference keeps fp32
-// (exactness); the dp4a family (on the GPU, or emulated on the cpu) stores fp16 keys and fp16 values.
+// Pass: the element formats of the KV cache, keys and values separately (kernels/kv_format.h; docs/kv-cache.md).
+// It runs in two halves because the choice depends on memory the later passes lay out:
+//  - choose_kv_format (in pass order): the candidates, most precise first: the backend's own cache (fp32 on the
+//    CPU reference, which is exact; fp16 for the dp4a family), then k8v8, k8v4, k8v3, k4v4, k4v3, k3v3 (keys
+//    never less precise than values: keys are the more fragile, KERNELS.md), or the one pair `--kv` forces; the
+//    states (and the kv_write / attention ops' k_format / v_format) get the first candidate meanwhile.
+//  - settle_kv_format (called by the memory pass once it knows what every device has left for the caches and
+//    has tabulated the context each pair allows): the most precise candidate at which the requested context
+//    (without one, the model's trained length) fits; when none does, a requested context is refused naming
+//    what would fit, and without one the most compact candidate is taken (the most context).
+// CUDA plans run fp16 caches only: the GPU kernels for q8/t4/t3 caches are not written yet, so a CUDA plan
+// never gets a quantized format (forcing one is refused by name); its trade table still lists them.
 #include <fmt/format.h>
 
 #include "compiler/passes/passes.h"
 
 namespace qrig::compiler::passes {
 
+namespace {
+
+using kernels::KvFormat;
+using kernels::KvPair;
+
+ir::DType to_dtype(KvFormat f) {
+  switch (f) {
+    case KvFormat::f32: return ir::DType::f32;
+    case KvFormat::f16: return ir::DType::f16;
+    case KvFormat::q8: return ir::DType::q8;
+    case KvFormat::t4: return ir::DType::t4;
+    case KvFormat::t3: return ir::DType::t3;
+  }
+  return ir::DType::f32;
+}
+
+// The attention layers' head dim (every cache row is kv_heads vectors of it); 0 without attention layers.
+int64_t cache_head_dim(const ir::Plan& p) {
+  for (const auto& op : p.graph.ops)
+    if (op.kind == ir::OpKind::attention) return op.i("head_dim");
+  return 0;
+}
+
+// Whether a format can hold the model's head vectors (q8: 32-value blocks, t4/t3: 256-value rotations).
+bool holds(KvFormat f, int64_t hd) {
+  if (f == KvFormat::q8) return hd % kernels::kKvQ8Block == 0;
+  if (kernels::kv_format_rotated(f)) return hd % kernels::kKvRotBlock == 0;
+  return true;
+}
+
+std::string describe(KvPair pr) {
+  return fmt::format("{} ({} keys, {} values)", kernels::kv_pair_name(pr), kernels::kv_format_name(pr.k),
+                     kernels::kv_format_name(pr.v));
+}
+
+std::optional<KvPair> forced(const CompileContext& cx) {
+  if (cx.options.kv.empty()) return std::nullopt;
+  auto pr = kernels::parse_kv_pair(cx.options.kv);
+  if (!pr)
+    throw CompileError(fmt::format("--kv '{}' names no key/value cache formats: k<bits>v<bits> with bits 16 (f16), 8 "
+                                   "(q8), 4 (t4) or 3 (t3), or 32 (f32, the CPU reference's); e.g. k16v16, k8v3",
+                                   cx.options.kv));
+  return pr;
+}
+
+}  // namespace
+
+// The pairs the backend's executor runs, most precise first (the forced pair alone when --kv is given).
+std::vector<KvPair> kv_candidates(const CompileContext& cx) {
+  if (auto f = forced(cx)) return {*f};
+  std::vector<KvPair> out;
+  for (const KvPair& pr : kv_table_pairs(cx))
+    if (cx.plan.backend != "cuda" || (pr.k == KvFormat::f16 && pr.v == KvFormat::f16)) out.push_back(pr);
+  return out;
+}
+
+namespace {
+
+void apply(ir::Plan& p, KvPair pr) {
+  p.k_dtype = kernels::kv_format_name(pr.k);
+  p.v_dtype = kernels::kv_format_name(pr.v);
+  for (auto& st : p.graph.states) {
+    if (st.name.rfind("k.", 0) == 0) st.type.dtype = to_dtype(pr.k);
+    if (st.name.rfind("v.", 0) == 0) st.type.dtype = to_dtype(pr.v);
+  }
+  for (auto& op : p.graph.ops)
+    if (op.kind == ir::OpKind::kv_write || op.kind == ir::OpKind::attention) {
+      op.set("k_format", p.k_dtype);
+      op.set("v_format", p.v_dtype);
+    }
+}
+
+}  // namespace
+
+std::vector<KvPair> kv_table_pairs(const CompileContext& cx) {
+  const ir::Plan& p = cx.plan;
+  const int64_t hd = cache_head_dim(p);
+  const KvFormat own = p.kernel_family == "reference" ? KvFormat::f32 : KvFormat::f16;
+  std::vector<KvPair> all = {{own, own},
+                             {KvFormat::q8, KvFormat::q8},
+                             {KvFormat::q8, KvFormat::t4},
+                             {KvFormat::q8, KvFormat::t3},
+                             {KvFormat::t4, KvFormat::t4},
+                             {KvFormat::t4, KvFormat::t3},
+                             {KvFormat::t3, KvFormat::t3}};
+  if (auto f = forced(cx)) {
+    bool listed = false;
+    for (const auto& pr : all) listed |= pr == *f;
+    if (!listed) all.insert(all.begin(), *f);
+  }
+  std::vector<KvPair> out;
+  for (const auto& pr : all)
+    if (hd == 0 || (holds(pr.k, hd) && holds(pr.v, hd))) out.push_back(pr);
+  return out;
+}
+
 void choose_kv_format(CompileContext& cx) {
   ir::Plan& p = cx.plan;
-  const bool reference = p.kernel_family == "reference";
-  p.k_dtype = reference ? "f32" : "f16";
-  p.v_dtype = reference ? "f32" : "f16";
-  auto dtype = [](const std::string& s) { return s == "f32" ? ir::DType::f32 : ir::DType::f16; };
-  for (auto& st : p.graph.states) {
-    if (st.name.rfind("k.", 0) == 0) st.type.dtype = dtype(p.k_dtype);
-    if (st.name.rfind("v.", 0) == 0) st.type.dtype = dtype(p.v_dtype);
+  const int64_t hd = cache_head_dim(p);
+  if (auto f = forced(cx)) {
+    const bool cuda = p.backend == "cuda";
+    for (KvFormat x : {f->k, f->v}) {
+      if (cuda && x != KvFormat::f16)
+        throw CompileError(fmt::format(
+            "--kv {}: CUDA plans keep fp16 key and value caches (k16v16) for now: the CUDA kernels for {} caches are "
+            "not written yet (the CPU backend runs every format: --backend cpu)",
+            cx.options.kv, kernels::kv_format_name(x)));
+      if (hd > 0 && !holds(x, hd))
+        throw CompileError(fmt::format("--kv {}: a {} cache cannot hold head vectors of {} values (q8: a multiple of "
+                                       "32, t4/t3: of 256)", cx.options.kv, kernels::kv_format_name(x), hd));
+    }
   }
-  p.notes.push_back(fmt::format("kv cache: {} keys, {} values{}", p.k_dtype, p.v_dtype,
-                                reference ? " (reference precision)" : ""));
+  const auto cands = kv_candidates(cx);
+  apply(p, cands.front());
+  std::string list;
+  for (const auto& pr : cands) list += (list.empty() ? "" : ", ") + kernels::kv_pair_name(pr);
+  p.notes.push_back(fmt::format("kv cache: {}; candidates {}{}", cx.options.kv.empty() ? "chosen by memory below" : "forced by --kv",
+                                list, p.backend == "cuda" && cx.options.kv.empty()
+                                          ? " (CUDA: fp16 caches only until its quantized-cache kernels exist)"
+                                          : ""));
+}
+
+void settle_kv_format(CompileContext& cx) {
+  ir::Plan& p = cx.plan;
+  const auto& fits = p.memory.kv_fits;
+  auto context_of = [&](KvPair pr) {
+    for (const auto& f : fits)
+      if (f.kv == kernels::kv_pair_name(pr)) return f.context;
+    throw CompileError(fmt::format("internal: the memory pass did not size kv {}", kernels::kv_pair_name(pr)));
+  };
+  const auto cands = kv_candidates(cx);
+  const bool requested = cx.options.context_length > 0;
+  const int64_t target = requested ? cx.options.context_length : std::max<int64_t>(1, cx.params.context_length);
+  std::optional<KvPair> chosen;
+  for (const auto& pr : cands)
+    if (context_of(pr) >= target) {
+      chosen = pr;
+      break;
+    }
+  std::string why;
+  if (chosen) {
+    why = cands.size() == 1 ? std::string("the only candidate")
+                            : fmt::format("the most precise candidate at which {} tokens x {} sequences fit", target,
+                                          p.max_sequences);
+  } else if (requested && context_of(cands.back()) > 256) {  // else the memory pass says what does not fit
+    std::string table;
+    for (const auto& f : fits) table += fmt::format("{}{} {}", table.empty() ? "" : ", ", f.kv, f.context);
+    std::string runs;
+    for (const auto& pr : cands) runs += (runs.empty() ? "" : ", ") + kernels::kv_pair_name(pr);
+    throw CompileError(fmt::format(
+        "context length {} x {} sequences does not fit with {} (the most tokens per sequence each key/value format "
+        "allows: {}){}", target, p.max_sequences, runs, table,
+        p.backend == "cuda" ? "; CUDA plans run fp16 caches only until the quantized-cache kernels are written" : ""));
+  } else {
+    chosen = cands.back();
+    why = cands.size() == 1 ? std::string("the only candidate")
+                            : fmt::format("no candidate reaches the model's {} tokens: the most compact one", target);
+  }
+  apply(p, *chosen);
+  if (p.backend == "cuda" && context_of(*chosen) < target)
+    for (const auto& f : fits)
+      if (f.context >= target) {
+        p.notes.push_back(fmt::format("kv cache: {} would fit the model's {} tokens per sequence, but CUDA kernels for "
+                                      "quantized caches are not written yet", f.kv, target));
+        break;
+      }
+  p.notes.push_back(fmt::format("kv cache: {}: {}", describe(*chosen), why));
 }
 
 }  // namespace qrig::compiler::passes

@@ -152,11 +152,19 @@ Model model_costs(const CompileContext& cx) {
         break;
       }
   }
-  const int64_t kv_elem = cuda ? 2 : 4;  // the KV pass may choose narrower formats: this is the upper bound
+  // Caches at the most compact format pair the KV pass may choose (it settles the pair once the memory is laid
+  // out; placing for a wider one would refuse contexts a narrower pair fits).
+  int64_t kv_row = 0;  // bytes of one position's keys + values in one attention layer
+  for (const auto& pr : kv_candidates(cx)) {
+    const int64_t b = kernels::kv_row_bytes(pr.k, hp.n_head_kv * hp.head_dim, !cuda) +
+                      kernels::kv_row_bytes(pr.v, hp.n_head_kv * hp.head_dim, !cuda);
+    kv_row = kv_row == 0 ? b : std::min(kv_row, b);
+  }
+  if (kv_row == 0) kv_row = 2 * hp.n_head_kv * hp.head_dim * (cuda ? 2 : 4);
   for (int64_t L = 0; L < hp.n_layer; ++L) {
     LayerCost& c = m.layers[(size_t)L];
     if (hp.is_full_attention(L)) {
-      c.kv_bytes_per_token = 2 * hp.n_head_kv * hp.head_dim * kv_elem;
+      c.kv_bytes_per_token = kv_row;
       c.attn_macs_per_depth = 2 * hp.n_head * hp.head_dim;
     } else {
       c.state_bytes = ((hp.conv_kernel - 1) * hp.conv_dim() + hp.ssm_v_heads * hp.ssm_head_dim * hp.ssm_head_dim) * 4;

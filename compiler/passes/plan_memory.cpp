@@ -13,6 +13,7 @@
 #include "ir/kernel_attr.h"
 #include "kernels/attention.h"
 #include "kernels/gdn.h"
+#include "kernels/kv_format.h"
 #include "kernels/sampling.h"
 
 namespace qrig::compiler::passes {
@@ -44,6 +45,7 @@ struct DeviceParts {
   ir::DeviceMemory mem;
   int64_t rec_floats = 0;          // per slot (CUDA: each state 64-float aligned)
   int64_t kv_bytes_per_token = 0;  // per slot
+  std::vector<std::pair<bool, int64_t>> kv_rows;  // per key (true) or value cache: values per position
   int64_t state_bytes = 0;         // per slot, non-positional
 };
 
@@ -171,11 +173,9 @@ void plan_memory(CompileContext& cx) {
     }
     auto it = state_device.find(st.name);
     DeviceParts& d = parts.at(it == state_device.end() ? order[0] : it->second);
-    // The CPU keeps every state in f32 (fp16 ones rounded to fp16 values); CUDA stores fp16 caches as fp16.
-    const int64_t elem_bytes = cuda && st.type.dtype == ir::DType::f16 ? 2 : 4;
+    // Caches are sized per format once the KV-format pass has settled it (below).
     if (per_token) {
-      d.kv_bytes_per_token += elems * elem_bytes;
-      m.kv_bytes_per_token += elems * elem_bytes;
+      d.kv_rows.push_back({st.name.rfind("k.", 0) == 0, elems});
     } else {
       const int64_t floats = cuda ? align_up(elems, 64) : elems;
       d.rec_floats += floats;
@@ -252,6 +252,37 @@ void plan_memory(CompileContext& cx) {
     }
   };
   fixed_parts(std::max<int64_t>(1, hp.context_length));
+  // The KV-format pass's trade table (the context each format pair allows on each device), then its choice.
+  // The CPU holds f16 caches as fp32 values and quantized ones in the GPU's layout (kernels/kv_format.h).
+  auto kv_bytes = [&](const DeviceParts& d, kernels::KvPair pr) {
+    int64_t b = 0;
+    for (const auto& [key, width] : d.kv_rows) b += kernels::kv_row_bytes(key ? pr.k : pr.v, width, !cuda);
+    return b;
+  };
+  constexpr int64_t kNoLimit = int64_t{1} << 40;  // a device without caches does not limit the context
+  m.kv_fits.clear();
+  for (const kernels::KvPair& pr : kv_table_pairs(cx)) {
+    ir::KvFit f{kernels::kv_pair_name(pr), 0, kNoLimit, {}};
+    for (const auto& dev : order) {
+      const DeviceParts& d = parts.at(dev);
+      const int64_t b = kv_bytes(d, pr);
+      const int64_t left = d.mem.budget - (d.mem.weights + d.mem.arena + d.mem.io + d.mem.sampling + d.mem.states +
+                                           d.mem.snapshots);
+      const int64_t c = b > 0 ? std::min(kNoLimit, std::max<int64_t>(0, left) / (b * slots)) : kNoLimit;
+      f.bytes_per_token += b;
+      f.device_contexts.push_back(c);
+      f.context = std::min(f.context, c);
+    }
+    m.kv_fits.push_back(f);
+  }
+  settle_kv_format(cx);
+  const kernels::KvPair kv{*kernels::parse_kv_format(p.k_dtype), *kernels::parse_kv_format(p.v_dtype)};
+  m.kv_bytes_per_token = 0;
+  for (const auto& dev : order) {
+    DeviceParts& d = parts.at(dev);
+    d.kv_bytes_per_token = kv_bytes(d, kv);
+    m.kv_bytes_per_token += d.kv_bytes_per_token;
+  }
   int64_t fits = INT64_MAX;
   for (const auto& dev : order) {
     const DeviceParts& d = parts.at(dev);

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
+
+#include "kernels/kv_format.h"
 
 #include "runtime/cpu/thread_pool.h"
 
@@ -31,6 +34,20 @@ namespace {
 
 using ir::OpKind;
 using Step = CpuExecutor::Step;
+
+// q8, t4 and t3 caches are held as bytes in the GPU's layout; f32 and f16 ones as fp32 values.
+std::optional<kernels::KvFormat> quantized_format(ir::DType d) {
+  if (d == ir::DType::q8) return kernels::KvFormat::q8;
+  if (d == ir::DType::t4) return kernels::KvFormat::t4;
+  if (d == ir::DType::t3) return kernels::KvFormat::t3;
+  return std::nullopt;
+}
+
+// Floats of a state's buffer.
+int64_t state_floats(const BoundState& st) {
+  const auto f = st.positional ? quantized_format(st.dtype) : std::nullopt;
+  return f ? st.shape[0] * kernels::kv_row_bytes(*f, st.row_width, true) / 4 : st.elements;
+}
 
 const gguf::TensorInfo& need_tensor(const gguf::File& f, const std::string& name, const ir::Op& op) {
   const gguf::TensorInfo* t = f.find_tensor(name);
@@ -98,6 +115,26 @@ void bind_conv(const BindCx& c, Step& s) {
   s.taps = st.shape[0] + 1;
   s.vec = f32_vector(c.f, s.b->op->s("weight"), *s.b->op, s.taps * c.g.width(s.b->results[0]));
 }
+// kv_write, attention: the caches' formats are the ones the op was planned with, and can hold the rows.
+void bind_kv(const BindCx& c, Step& s) {
+  const ir::Op& op = *s.b->op;
+  for (const auto& [key, state] : {std::pair{"k_format", s.b->k_state}, std::pair{"v_format", s.b->v_state}}) {
+    const BoundState& st = c.g.states.at((size_t)state);
+    if (op.has(key) && op.s(key) != ir::dtype_name(st.dtype))
+      throw RuntimeError(fmt::format("{}: {} '{}' but state %{} is {}", op.describe(), key, op.s(key), st.name,
+                                     ir::dtype_name(st.dtype)));
+    const auto f = quantized_format(st.dtype);
+    if (!f && st.dtype != ir::DType::f32 && st.dtype != ir::DType::f16)
+      throw RuntimeError(fmt::format("{}: state %{} is {}, not a key/value cache format", op.describe(), st.name,
+                                     ir::dtype_name(st.dtype)));
+    if (f && !kernels::kv_width_ok(*f, st.row_width))
+      throw RuntimeError(fmt::format("{}: a {} cache cannot hold rows of {} values", op.describe(),
+                                     ir::dtype_name(st.dtype), st.row_width));
+    if (f && kernels::kv_format_rotated(*f) && op.kind == OpKind::attention && op.i("head_dim") % 256 != 0)
+      throw RuntimeError(fmt::format("{}: {} caches need a head_dim that is a multiple of 256", op.describe(),
+                                     ir::dtype_name(st.dtype)));
+  }
+}
 void bind_gdn(const BindCx& c, Step& s) {
   const ir::Op& op = *s.b->op;
   s.ssm_a = f32_vector(c.f, op.s("ssm_a"), op, op.i("value_heads"));
@@ -119,8 +156,8 @@ constexpr std::array<BindFn, ir::kOpKindCount> kBind = [] {
   t[(size_t)OpKind::gated_rmsnorm] = bind_head_norm;
   t[(size_t)OpKind::head_rmsnorm] = bind_head_norm;
   t[(size_t)OpKind::rope] = bind_none;
-  t[(size_t)OpKind::kv_write] = bind_none;
-  t[(size_t)OpKind::attention] = bind_none;
+  t[(size_t)OpKind::kv_write] = bind_kv;
+  t[(size_t)OpKind::attention] = bind_kv;
   t[(size_t)OpKind::gather_rows] = bind_none;
   t[(size_t)OpKind::bridge] = bind_none;
   return t;
@@ -215,6 +252,14 @@ void run_kv_write(const RunCx& c, const Step& s) {
     const BoundState& st = c.g.states[(size_t)state];
     const int64_t width = st.row_width;
     float* cache = c.state(state);
+    if (const auto f = quantized_format(st.dtype)) {  // rows in the GPU's byte layout (kernels/kv_format.h)
+      const int64_t rb = kernels::kv_row_bytes(*f, width, true);
+      uint8_t* bytes = reinterpret_cast<uint8_t*>(cache);
+      for (int64_t t = 0; t < c.T; ++t)
+        cpu::kv_quantize_row(*f, c.in(s, (size_t)arg) + t * width, width, s.b->op->i("layer"),
+                             bytes + (int64_t)c.pos[(size_t)t] * rb);
+      continue;
+    }
     for (int64_t t = 0; t < c.T; ++t) {
       float* row = cache + (int64_t)c.pos[(size_t)t] * width;
       std::copy(c.in(s, (size_t)arg) + t * width, c.in(s, (size_t)arg) + (t + 1) * width, row);
@@ -225,9 +270,16 @@ void run_kv_write(const RunCx& c, const Step& s) {
 }
 void run_attention(const RunCx& c, const Step& s) {
   const ir::Op& op = *s.b->op;
-  cpu::attention_gated(c.in(s, 0), c.state(s.b->k_state), c.state(s.b->v_state), c.T, c.seq.n_past, op.i("heads"),
-                       op.i("kv_heads"), op.i("head_dim"), (float)op.f("scale"), c.in(s, 1) + op.i("gate_offset"),
-                       c.g.width(s.b->args[1]), op.i("gate_head_stride"), c.out(s));
+  auto view = [&](int state) {
+    const BoundState& st = c.g.states[(size_t)state];
+    const auto f = quantized_format(st.dtype);
+    return cpu::KvCacheView{f ? *f : kernels::KvFormat::f32, reinterpret_cast<const uint8_t*>(c.state(state)),
+                            f ? kernels::kv_row_bytes(*f, st.row_width, true) : st.row_width * 4};
+  };
+  cpu::attention_gated_kv(c.in(s, 0), view(s.b->k_state), view(s.b->v_state), op.i("layer"), c.T, c.seq.n_past,
+                          op.i("heads"), op.i("kv_heads"), op.i("head_dim"), (float)op.f("scale"),
+                          c.in(s, 1) + op.i("gate_offset"), c.g.width(s.b->args[1]), op.i("gate_head_stride"),
+                          c.out(s));
 }
 void run_gather_rows(const RunCx& c, const Step& s) {
   const int64_t w = c.g.width(s.b->results[0]);
@@ -314,14 +366,14 @@ int64_t CpuExecutor::bridge_width() const { return bridge_out_ < 0 ? 0 : graph_-
 CpuSequence CpuExecutor::new_sequence() const {
   CpuSequence s;
   for (size_t i = 0; i < graph_->states.size(); ++i)
-    s.buffers.emplace_back(own_state_[i] ? (size_t)graph_->states[i].elements : 0, 0.0f);
+    s.buffers.emplace_back(own_state_[i] ? (size_t)state_floats(graph_->states[i]) : 0, 0.0f);
   return s;
 }
 
 int64_t CpuExecutor::sequence_bytes() const {
   int64_t b = 0;
   for (size_t i = 0; i < graph_->states.size(); ++i)
-    if (own_state_[i]) b += graph_->states[i].elements * 4;
+    if (own_state_[i]) b += state_floats(graph_->states[i]) * 4;
   return b;
 }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "gguf/gguf.h"
+#include "kernels/kv_format.h"
 
 namespace qrig::cpu {
 
@@ -96,5 +97,36 @@ void rope_neox(float* x, const int32_t* pos, int64_t T, int64_t H, int64_t hd, i
 void attention_gated(const float* q, const float* kcache, const float* vcache, int64_t T, int64_t pos0,
                      int64_t Hq, int64_t Hkv, int64_t hd, float scale, const float* gate,
                      int64_t gate_row_stride, int64_t gate_head_stride, float* out);
+
+// ---- quantized key and value caches (kernels/kv_format.h: formats and row layout; docs/kv-cache.md) --------
+// The references for the GPU's KV write and attention kernels over q8, t4 and t3 caches.
+
+// y = R x and x = R^T y for one 256-value vector: the random-sign Walsh-Hadamard rotation of vector `block`
+// (the kv head when head_dim is 256) of layer `layer`. y may alias x.
+void kv_rotate(const float* x, int64_t layer, int64_t block, float* y);
+void kv_unrotate(const float* y, int64_t layer, int64_t block, float* x);
+
+// One cache row of `width` values (one position, all kv heads) into kernels::kv_row_bytes(f, width, true) bytes
+// (f = q8, t4 or t3; padding bytes zero), and back. layer: the attention layer (t4/t3 rotation seeds).
+// Non-finite inputs give non-finite outputs (a q8 block's or a t vector's scale is NaN), never a crash.
+void kv_quantize_row(kernels::KvFormat f, const float* x, int64_t width, int64_t layer, uint8_t* row);
+void kv_dequantize_row(kernels::KvFormat f, const uint8_t* row, int64_t width, int64_t layer, float* x);
+
+// A key or value cache as the attention reads it: rows of row_bytes bytes, position p at data + p * row_bytes.
+// f32 and f16 caches hold fp32 values (row_bytes = 4 x width).
+struct KvCacheView {
+  kernels::KvFormat format = kernels::KvFormat::f32;
+  const uint8_t* data = nullptr;
+  int64_t row_bytes = 0;
+};
+
+// attention_gated over caches of any format. t4/t3 keys: the query is rotated once per (token, head) and scored
+// against the codebook levels in the rotated domain (q.k = Rq.Rk); t4/t3 values: probabilities times the
+// rotated levels are accumulated and the output is rotated back once per (token, head). Rows are expanded (codes
+// to levels, int8 to floats) once per call, 512 positions at a time, under an online softmax: the transient
+// memory stays small at any context. f32/f16 both: exactly attention_gated.
+void attention_gated_kv(const float* q, const KvCacheView& k, const KvCacheView& v, int64_t layer, int64_t T,
+                        int64_t pos0, int64_t Hq, int64_t Hkv, int64_t hd, float scale, const float* gate,
+                        int64_t gate_row_stride, int64_t gate_head_stride, float* out);
 
 }  // namespace qrig::cpu

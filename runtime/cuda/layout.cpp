@@ -148,7 +148,8 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
     }
     if (st.positional) {
       if (st.dtype != ir::DType::f16)
-        throw RuntimeError(fmt::format("state %{} is {}: the CUDA dp4a family keeps fp16 key and value caches", st.name,
+        throw RuntimeError(fmt::format("state %{} is {}: the CUDA dp4a family keeps fp16 key and value caches (its kernels "
+                                       "for q8/t4/t3 caches are not written yet: docs/kv-cache.md)", st.name,
                                        ir::dtype_name(st.dtype)));
       L.state_offset.push_back(-1);
       L.cache_halves.push_back(st.elements);

@@ -11,6 +11,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "cli/synth.h"
 #include "compiler/compile.h"
 #include "gguf/gguf.h"
@@ -207,4 +209,66 @@ TEST_CASE("qrig bench prints llama-bench's table and writes every sample as JSON
   CHECK(strict.rc == 0);
   auto one_plane = sh(bin + " verify " + kTiny + " " + kShared + "/fixtures/tiny-ref.gguf --emulate-dp4a --tol 1e-3", true);
   CHECK(one_plane.rc == 1);
+}
+
+TEST_CASE("qrig verify --kv runs a quantized cache and prints mean KL; compile --kv and inspect show the trade",
+          "[cli][kv][fixtures]") {
+  const std::string bin = QRIG_BINARY, ref = kShared + "/fixtures/tiny-ref.gguf";
+  auto k8v3 = sh(bin + " verify " + kTiny + " " + ref + " --kv k8v3 --split 20");
+  CHECK(k8v3.rc == 0);
+  CHECK(k8v3.text.find("kv k_q8 v_t3") != std::string::npos);
+  CHECK(k8v3.text.find("mean_kl ") != std::string::npos);
+  // Its default floor is the format's, not the exact reference's: a tolerance asked for explicitly still holds.
+  CHECK(sh(bin + " verify " + kTiny + " " + ref + " --kv k8v3 --tol 1e-4").rc == 1);
+  CHECK(sh(bin + " verify " + kTiny + " " + ref + " --kv k9v3", true).text.find("--kv") != std::string::npos);
+  const std::string plan = tmp("kvplan");
+  auto c = sh(bin + " compile " + kTiny + " -o " + plan + " --kv k4v3 --ctx 2048", true);
+  REQUIRE(c.rc == 0);
+  auto in = sh(bin + " inspect " + plan);
+  CHECK(in.text.find("keys t4, values t3 (k4v3)") != std::string::npos);
+  CHECK(in.text.find("k4v3") != std::string::npos);
+  CHECK(in.text.find("<- this plan") != std::string::npos);
+  CHECK(in.text.find("k16v16") == std::string::npos);  // a CPU reference plan's own cache is f32 (k32v32)
+  // A plan directory has its formats already.
+  auto dir = sh(bin + " verify " + plan + " " + ref + " --kv k8v8", true);
+  CHECK(dir.rc == 2);
+  CHECK(dir.text.find("--kv") != std::string::npos);
+  CHECK(sh(bin + " verify " + plan + " " + ref).rc == 0);
+  // CUDA plans keep fp16 caches for now, and say so.
+  auto cuda = sh(bin + " compile " + kTiny + " --rig " + std::string(QRIG_SOURCE_DIR) + "/rigs/cmp-100-210-x4.toml --gpus 1 "
+                 "--no-precompile -o " + tmp("kvcuda") + " --kv k8v3", true);
+  CHECK(cuda.rc != 0);
+  CHECK(cuda.text.find("not written yet") != std::string::npos);
+}
+
+TEST_CASE("qrig verify on 2- and 3-stage CPU pipelines: within the CPU tolerance, the one-stage plan's logits bit for bit",
+          "[cli][fixtures][pipeline]") {
+  const std::string bin = QRIG_BINARY;
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  for (const std::string model : {"tiny", "tiny-mtp"}) {
+    const std::string gguf = kShared + "/fixtures/" + model + ".gguf";
+    std::string one;
+    for (int stages : {1, 2, 3}) {
+      INFO(model << ", " << stages << " stage(s)");
+      const std::string rig = tmp(fmt::format("cpu{}.toml", stages));
+      {
+        std::ofstream r(rig);
+        for (int k = 0; k < stages; ++k) r << "[[device]]\nkind = \"cpu\"\nmemory_gib = 2.0\n";
+      }
+      const std::string plan = tmp(fmt::format("{}-plan{}", model, stages)), dump = tmp(fmt::format("{}-{}.f32", model, stages));
+      auto c = sh(bin + " compile " + gguf + " --rig " + rig + " --ctx 1024 --micro-batch 128 -o " + plan, true);
+      REQUIRE(c.rc == 0);
+      CHECK(c.text.find(stages > 1 ? fmt::format("a pipeline of {} stages", stages) : "one device") != std::string::npos);
+      auto v = sh(bin + " verify " + plan + " " + kShared + "/fixtures/tiny-ref.gguf --split 40 --dump " + dump, true);
+      CHECK(v.rc == 0);
+      CHECK(v.text.find("first_bad_layer none") != std::string::npos);
+      const std::string bits = slurp(dump);
+      REQUIRE(bits.size() == (300 + 30 + 64 + 1) * 1088 * 4);
+      if (stages == 1) one = bits;
+      else CHECK(bits == one);
+    }
+  }
 }

@@ -33,8 +33,8 @@ ir::Graph hand_made() {
   g.name = "hand";
   g.inputs = {{"tokens", {ir::DType::i32, {ir::kTokens}}}, {"pos", {ir::DType::i32, {ir::kTokens}}},
               {"rows", {ir::DType::i32, {ir::kRows}}}};
-  g.states = {{"k.0", {ir::DType::f16, {ir::kContext, 256}}},
-              {"v.0", {ir::DType::f16, {ir::kContext, 256}}},
+  g.states = {{"k.0", {ir::DType::f32, {ir::kContext, 256}}},
+              {"v.0", {ir::DType::f32, {ir::kContext, 256}}},
               {"conv.0", {ir::DType::f32, {3, 512}}}};
   g.ops.push_back(make_op(ir::OpKind::embed, {"tokens"}, "x0", {ir::kTokens, 256},
                           {{"weight", std::string("token_embd.weight")}, {"layer", int64_t{-1}}}));
@@ -59,6 +59,7 @@ TEST_CASE("plan_memory's byte counts and context fit on a hand-made graph", "[co
   auto run = [&](int64_t ctx) {
     compiler::CompileOptions o;
     o.context_length = ctx;
+    o.kv = "k32v32";  // the CPU reference's exact caches (the KV pass would otherwise pick a format that fits)
     compiler::CompileContext cx{f, compiler::Qwen35Params::from_gguf(f), rig, o, {}, {}};
     ir::Plan& p = cx.plan;
     p.backend = "cpu";
@@ -103,5 +104,6 @@ TEST_CASE("plan_memory's byte counts and context fit on a hand-made graph", "[co
   CHECK(budget - d.total < kv_per_token * 2);  // one more token would not fit
   // Asked for: the edge fits, one more token is refused.
   CHECK(run(fits).context_length == fits);
-  CHECK_THROWS_WITH(run(fits + 1), Catch::Contains(fmt::format("at most {} tokens", fits)));
+  CHECK_THROWS_WITH(run(fits + 1), Catch::Contains(fmt::format("context length {} x 2 sequences does not fit", fits + 1)) &&
+                                       Catch::Contains(fmt::format("k32v32 {}", fits)));
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The pipeline on a GPU machine (issue "GPU run: the pipeline"), with the gpu-bundle built here (ninja -C build
 # qrig_tests_gpu). On a one-GPU machine every stage goes on GPU 0 (rig entries with ordinal = 0): the bridges still
-# cross through pinned host memory. Usage: tests/gpu/pipeline.sh [speed]   ("speed" adds the 9B benchmarks)
+# cross through pinned host memory. Usage: tests/gpu/pipeline.sh [speed|speed2]   ("speed": the 9B benchmarks on
+# stages sharing GPU 0; "speed2", on a machine of two or more GPUs: 27B and 9B on 1 GPU vs split over 2, also at a
+# simulated 0.25 GB/s link: the targets 27B pp4096 >= 1.8x, tg >= 0.95x)
 # Steps, logs under $OUT:
 #   1. qrig_tests_gpu "[pipeline],[memory]": CUDA stages vs the one-stage plan, thousands of hand-offs under random
 #      delays bit for bit, snapshots, a failing stage; what the runtime takes beyond the plan.
@@ -88,6 +90,28 @@ if [[ "${1:-}" == speed ]]; then
   done
   "$qrig" bench "$out/plan9b_2" -p 4096 -n 128 -r 2 --simulate-link-gbps 0.25 >"$out/bench9b_2_link025.md" 2>&1
   add "bench 9B, 2 stages, 0.25 GB/s" "$(grep -E '^\| [^|]+ \| [0-9.]+ GiB' "$out/bench9b_2_link025.md" | awk -F'|' '{printf "%s %s;", $6, $7}')"
+fi
+
+# 7
+if [[ "${1:-}" == speed2 ]]; then
+  models=${QRIG_MODEL_DIR:-/tmp/qrig-models}
+  mkdir -p "$models"
+  ngpu=$(grep -c '^\[\[device\]\]' "$out/rig1.toml")
+  if (( ngpu < 2 )); then
+    add "speed2" "needs 2 GPUs; the probe found $ngpu"
+  else
+    for m in 27b 9b; do
+      [[ -f "$models/$m.gguf" ]] || "$qrig" synth --preset $m -o "$models/$m.gguf" >"$out/synth$m.log" 2>&1
+      for g in 1 2; do
+        "$qrig" compile "$models/$m.gguf" --rig "$out/rig1.toml" --gpus $g --ctx 8192 --parallel 1 -o "$out/plan${m}_g$g" \
+          >"$out/compile${m}_g$g.log" 2>&1 || add "compile $m on $g GPU(s)" FAIL
+        "$qrig" bench "$out/plan${m}_g$g" -p 512,4096 -n 128 -r 3 >"$out/bench${m}_g$g.md" 2>&1
+        add "bench $m, $g GPU(s)" "$(grep -E '^\| [^|]+ \| [0-9.]+ GiB' "$out/bench${m}_g$g.md" | awk -F'|' '{printf "%s %s;", $6, $7}')"
+      done
+      "$qrig" bench "$out/plan${m}_g2" -p 4096 -n 128 -r 3 --simulate-link-gbps 0.25 >"$out/bench${m}_g2_link025.md" 2>&1
+      add "bench $m, 2 GPUs, 0.25 GB/s" "$(grep -E '^\| [^|]+ \| [0-9.]+ GiB' "$out/bench${m}_g2_link025.md" | awk -F'|' '{printf "%s %s;", $6, $7}')"
+    done
+  fi
 fi
 
 {
