@@ -45,8 +45,8 @@ void check_tensor(const gguf::File& f, const std::string& name, std::vector<int6
                                    t->shape_string(), w));
   }
   if (!gguf::can_dequantize(t->type))
-    throw CompileError(fmt::format("{}: tensor '{}' has type {}, which qrig does not support yet (supported: F32, "
-                                   "F16, BF16, Q8_0)", f.path(), name, gguf::tensor_type_name(t->type)));
+    throw CompileError(fmt::format("{}: tensor '{}' has type {}, which qrig does not support yet (supported: {})",
+                                   f.path(), name, gguf::tensor_type_name(t->type), gguf::dequantizable_types()));
   if (!matrix && t->type != gguf::TensorType::F32)
     throw CompileError(fmt::format("{}: vector tensor '{}' must be F32, is {}", f.path(), name,
                                    gguf::tensor_type_name(t->type)));
