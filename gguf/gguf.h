@@ -185,5 +185,9 @@ float bf16_to_float(uint16_t h);
 void quantize_q8_0(const float* src, uint8_t* dst, size_t n);
 constexpr size_t kQ8_0Block = 32;
 constexpr size_t kQ8_0Bytes = 34;
+// Quantize n floats (a multiple of the type's block) into `type` by ggml's reference algorithms (quantize.cpp):
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Throws Error for other types, naming them.
+void quantize(TensorType type, const float* src, uint8_t* dst, size_t n);
+bool can_quantize(TensorType type);
 
 }  // namespace qrig::gguf
