@@ -115,15 +115,40 @@ float vec_value(VecKind kind, Rng& rng) {
   return 0;
 }
 
+// A float row ~N(0, sigma^2) with the Q8_0 rows' per-32-value scale jitter 2^U(-0.35, 0.35) (in is a multiple
+// of 32), for the types quantized from floats.
+void float_row(uint64_t tseed, double sigma, uint64_t row, uint64_t in, float* out) {
+  Rng rng = row_rng(tseed, row);
+  for (uint64_t b = 0; b < in; b += 32) {
+    const double s = sigma * std::exp2(0.7 * rng.uniform() - 0.35);
+    for (uint64_t k = b; k < std::min(in, b + 32); ++k) out[k] = (float)(s * rng.normal());
+  }
+}
+
 struct Builder {
   gguf::Writer w;
   uint64_t seed;
+  SynthMix* mix = nullptr;  // null: Q8_0 drawn directly (the default layout)
 
   void matrix(const std::string& name, uint64_t in, uint64_t out, double sigma) {
+    if (mix) return quantized_matrix(name, in, out, sigma, mix->next(name, in));
     uint64_t tseed = name_seed(seed, name), blocks = in / gguf::kQ8_0Block;
     w.add_tensor(name, TensorType::Q8_0, {in, out}, [tseed, sigma, blocks](uint64_t first, uint64_t n, uint8_t* dst) {
       parallel_rows(n, blocks * gguf::kQ8_0Bytes, [&](uint64_t s, uint64_t k) {
         fill_q8_rows(tseed, sigma, blocks, first + s, k, dst + s * blocks * gguf::kQ8_0Bytes);
+      });
+    });
+  }
+  void quantized_matrix(const std::string& name, uint64_t in, uint64_t out, double sigma, TensorType type) {
+    const gguf::TypeTraits& tr = *gguf::type_traits(static_cast<uint32_t>(type));
+    const uint64_t tseed = name_seed(seed, name), row_bytes = in / tr.block_elems * tr.block_bytes;
+    w.add_tensor(name, type, {in, out}, [=](uint64_t first, uint64_t n, uint8_t* dst) {
+      parallel_rows(n, row_bytes, [&](uint64_t s, uint64_t k) {
+        std::vector<float> row(in);
+        for (uint64_t r = s; r < s + k; ++r) {
+          float_row(tseed, sigma, first + r, in, row.data());
+          gguf::quantize(type, row.data(), dst + r * row_bytes, in);
+        }
       });
     });
   }
@@ -170,12 +195,21 @@ const SynthPreset& synth_preset(const std::string& name) {
   throw UsageError(fmt::format("unknown synth preset '{}' (presets: {})", name, all));
 }
 
-gguf::Writer synth_model(const std::string& preset, uint64_t seed) { return synth_model(synth_preset(preset), seed); }
+gguf::Writer synth_model(const std::string& preset, uint64_t seed, const std::string& type) {
+  return synth_model(synth_preset(preset), seed, type);
+}
 
-gguf::Writer synth_model(const SynthPreset& p, uint64_t seed) {
+std::vector<float> synth_float_row(uint64_t seed, const std::string& name, uint64_t row, uint64_t in, double sigma) {
+  std::vector<float> out(in);
+  float_row(name_seed(seed, name), sigma, row, in, out.data());
+  return out;
+}
+
+gguf::Writer synth_model(const SynthPreset& p, uint64_t seed, const std::string& type) {
   const uint64_t D = p.hidden, key_dim = p.gdn_k_heads * p.gdn_head_dim, value_dim = p.gdn_v_heads * p.gdn_head_dim;
   const uint64_t conv_dim = 2 * key_dim + value_dim, q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
-  Builder b{gguf::Writer(), seed};
+  SynthMix mix = synth_mix(type, p);
+  Builder b{gguf::Writer(), seed, mix.base == TensorType::Q8_0 ? nullptr : &mix};
 
   // Tensors first (the parameter count goes into the metadata), in the converter's order: lm_head, embeddings,
   // then per layer the HF names sorted (input_layernorm, linear_attn.* | mlp.*, post_attention_layernorm,
@@ -234,7 +268,7 @@ gguf::Writer synth_model(const SynthPreset& p, uint64_t seed) {
   w.set("qwen35.attention.layer_norm_rms_epsilon", Value::of_f32(1e-6f));
   w.set("qwen35.attention.key_length", Value::of_u32((uint32_t)p.head_dim));
   w.set("qwen35.attention.value_length", Value::of_u32((uint32_t)p.head_dim));
-  w.set("general.file_type", Value::of_u32(7));  // LLAMA_FTYPE_MOSTLY_Q8_0
+  w.set("general.file_type", Value::of_u32(mix.file_type));  // LLAMA_FTYPE_MOSTLY_Q8_0 (7) by default
   w.set("qwen35.ssm.conv_kernel", Value::of_u32((uint32_t)p.conv_kernel));
   w.set("qwen35.ssm.state_size", Value::of_u32((uint32_t)p.gdn_head_dim));
   w.set("qwen35.ssm.group_count", Value::of_u32((uint32_t)p.gdn_k_heads));
@@ -260,14 +294,17 @@ void write_synth_model(const std::string& preset, uint64_t seed, const std::stri
 }
 
 int cmd_synth(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--preset", "--seed", "-o", "--out"}, {"--dry-run"});
-  const std::string usage = "usage: qrig synth --preset tiny|9b|27b [--seed N] -o FILE.gguf [--dry-run]";
+  Args a(argc, argv, 2, {"--preset", "--type", "--seed", "-o", "--out"}, {"--dry-run"});
+  std::string types;
+  for (const auto& n : synth_type_names()) types += (types.empty() ? "" : "|") + n;
+  const std::string usage = "usage: qrig synth --preset tiny|9b|27b [--type " + types + "] [--seed N] -o FILE.gguf [--dry-run]";
   if (!a.positional().empty() || !a.has("--preset")) throw UsageError(usage);
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty() && !a.has("--dry-run")) throw UsageError("qrig synth needs -o FILE.gguf\n" + usage);
   long long seed = a.get_int("--seed", 0);
   if (seed < 0) throw UsageError("--seed must be >= 0");
-  gguf::Writer w = synth_model(a.get("--preset"), (uint64_t)seed);
+  const std::string type = a.get("--type", "q8_0");
+  gguf::Writer w = synth_model(a.get("--preset"), (uint64_t)seed, type);
   auto table = w.tensor_table();
   const double gib = (double)w.file_size() / (1024.0 * 1024.0 * 1024.0);
   if (a.has("--dry-run")) {
@@ -284,7 +321,8 @@ int cmd_synth(int argc, char** argv) {
     return 0;
   }
   auto t0 = std::chrono::steady_clock::now();
-  fmt::print("writing {} ({} preset, seed {}, {} tensors, {:.2f} GiB)\n", out, a.get("--preset"), seed, table.size(), gib);
+  fmt::print("writing {} ({} preset, {}, seed {}, {} tensors, {:.2f} GiB)\n", out, a.get("--preset"), type, seed,
+             table.size(), gib);
   std::fflush(stdout);
   w.write(out);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

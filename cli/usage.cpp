@@ -90,8 +90,10 @@ const Usage kUsages[] = {
      "usage: qrig probe [-o RIG.toml] [--name NAME]\n"
      "Measures each GPU (compute units by micro-benchmark, memory, links) and writes the rig file qrig compile reads.\n"},
     {"synth",
-     "usage: qrig synth --preset tiny|9b|27b [--seed N] -o FILE.gguf [--dry-run]\n"
-     "Writes a random-weight model with the real converter's layout (--dry-run: print its metadata and tensors).\n"},
+     "usage: qrig synth --preset tiny|9b|27b [--type TYPE] [--seed N] -o FILE.gguf [--dry-run]\n"
+     "Writes a random-weight model with the real converter's layout (--dry-run: print its metadata and tensors).\n"
+     "  --type TYPE   q8_0 (default), q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k:\n"
+     "                weights quantized by qrig's reference quantizer with llama-quantize's tensor-type mix\n"},
 };
 
 

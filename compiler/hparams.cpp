@@ -45,8 +45,8 @@ void check_tensor(const gguf::File& f, const std::string& name, std::vector<int6
                                    t->shape_string(), w));
   }
   if (!gguf::can_dequantize(t->type))
-    throw CompileError(fmt::format("{}: tensor '{}' has type {}, which qrig does not support yet (supported: F32, "
-                                   "F16, BF16, Q8_0)", f.path(), name, gguf::tensor_type_name(t->type)));
+    throw CompileError(fmt::format("{}: tensor '{}' has type {}, which qrig does not support yet (supported: {})",
+                                   f.path(), name, gguf::tensor_type_name(t->type), gguf::dequantizable_types()));
   if (!matrix && t->type != gguf::TensorType::F32)
     throw CompileError(fmt::format("{}: vector tensor '{}' must be F32, is {}", f.path(), name,
                                    gguf::tensor_type_name(t->type)));
@@ -156,8 +156,14 @@ Qwen35Params Qwen35Params::from_gguf(const gguf::File& f) {
     check_tensor(f, n("nextn.hnorm"), {p.d}, false);
     check_tensor(f, n("attn_q"), {p.d, 2 * hq * hd}, true);
   }
-  const gguf::TensorInfo* q = f.find_tensor("blk.0.ffn_up.weight");
-  p.weight_types = fmt::format("{} matrices, F32 vectors", gguf::tensor_type_name(q->type));
+  // Every matrix type of the file (a Q4_K_M download mixes Q4_K and Q6_K), in type-id order.
+  std::vector<bool> seen(64, false);
+  for (const auto& t : f.tensors())
+    if (t.ne.size() == 2 && t.type != gguf::TensorType::F32 && (size_t)t.type < seen.size()) seen[(size_t)t.type] = true;
+  std::string types;
+  for (size_t k = 0; k < seen.size(); ++k)
+    if (seen[k]) types += (types.empty() ? "" : ", ") + std::string(gguf::tensor_type_name((gguf::TensorType)k));
+  p.weight_types = fmt::format("{} matrices, F32 vectors", types.empty() ? "F32" : types);
   return p;
 }
 

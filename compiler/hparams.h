@@ -35,7 +35,7 @@ struct Qwen35Params {
   int64_t full_attn_interval = 4;
   int64_t context_length = 0;
   int64_t vocab = 0;           // embedding rows
-  std::string weight_types;    // e.g. "Q8_0 matrices, F32 vectors", informational
+  std::string weight_types;    // e.g. "Q8_0 matrices, F32 vectors", "Q4_K, Q6_K matrices, ...", informational
 
   bool is_full_attention(int64_t layer) const { return (layer + 1) % full_attn_interval == 0; }
   int64_t key_dim() const { return ssm_k_heads * ssm_head_dim; }

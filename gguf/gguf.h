@@ -26,7 +26,7 @@ enum class ValueType : uint32_t {
 const char* value_type_name(ValueType t);
 
 // ggml tensor types. The reader knows every type's block layout (so files with any of them can be
-// listed and bounds-checked); dequantize() supports only F32, F16, BF16 and Q8_0.
+// listed and bounds-checked); dequantize() supports the types dequantizable_types() lists.
 enum class TensorType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9, Q2_K = 10,
   Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18,
@@ -166,10 +166,18 @@ class File {
   std::vector<TensorInfo> tensors_;
 };
 
-// Convert n values of a tensor (starting at a block boundary) to float. Throws Error for types
-// other than F32, F16, BF16, Q8_0, naming the type.
+// Convert n values of a tensor (starting at a block boundary; n a multiple of the type's block) to float,
+// bit for bit as llama.cpp's reference dequantize_row_* (ggml-quants.c). Throws Error for a type
+// can_dequantize() refuses, naming it. Scales are not checked here (a NaN scale gives NaN values):
+// check_blocks() is the load-time check.
 void dequantize(TensorType type, const uint8_t* src, float* dst, size_t n);
 bool can_dequantize(TensorType type);
+// "F32, F16, BF16, Q8_0, Q4_0, ...": the types can_dequantize() accepts, for messages.
+const char* dequantizable_types();
+// The load-time check of a block-quantized tensor's n values at src: throws Error naming `what`, the block
+// and the byte when one of its fp16 scales is NaN or infinite (such a block would turn every value it
+// holds into NaN). Plain types (F32, F16, BF16) pass unchecked.
+void check_blocks(TensorType type, const uint8_t* src, size_t n, const std::string& what);
 float fp16_to_float(uint16_t h);
 uint16_t float_to_fp16(float f);
 float bf16_to_float(uint16_t h);
@@ -177,5 +185,9 @@ float bf16_to_float(uint16_t h);
 void quantize_q8_0(const float* src, uint8_t* dst, size_t n);
 constexpr size_t kQ8_0Block = 32;
 constexpr size_t kQ8_0Bytes = 34;
+// Quantize n floats (a multiple of the type's block) into `type` by ggml's reference algorithms (quantize.cpp):
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Throws Error for other types, naming them.
+void quantize(TensorType type, const float* src, uint8_t* dst, size_t n);
+bool can_quantize(TensorType type);
 
 }  // namespace qrig::gguf

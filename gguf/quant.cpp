@@ -1,10 +1,12 @@
-// Conversions between GGUF storage types and float: F32, F16, BF16 and Q8_0 (the types qrig executes).
+// Conversions between GGUF storage types and float: F32, F16, BF16 and Q8_0 here, the other block formats
+// (K-quants, legacy 4/5-bit, IQ4) in quant_blocks.cpp, dispatched from dequantize().
 #include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "gguf/gguf.h"
+#include "gguf/quant_blocks.h"
 
 namespace qrig::gguf {
 
@@ -61,7 +63,12 @@ float bf16_to_float(uint16_t h) {
 }
 
 bool can_dequantize(TensorType t) {
-  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16 || t == TensorType::Q8_0;
+  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16 || t == TensorType::Q8_0 ||
+         is_block_type(t);
+}
+
+const char* dequantizable_types() {
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
 }
 
 void dequantize(TensorType type, const uint8_t* src, float* dst, size_t n) {
@@ -96,8 +103,9 @@ void dequantize(TensorType type, const uint8_t* src, float* dst, size_t n) {
       return;
     }
     default:
-      throw Error(fmt::format("tensor type {} is not supported yet (supported: F32, F16, BF16, Q8_0)",
-                              tensor_type_name(type)));
+      if (is_block_type(type)) return dequantize_blocks(type, src, dst, n);
+      throw Error(fmt::format("tensor type {} is not supported yet (supported: {})", tensor_type_name(type),
+                              dequantizable_types()));
   }
 }
 

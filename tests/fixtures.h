@@ -20,7 +20,8 @@ inline std::string shared_path(const std::string& rel) { return shared_dir() + "
 
 // The files every [fixtures] test may read; main.cpp checks they exist before any test runs.
 inline const char* const kFixtureFiles[] = {"fixtures/tiny.gguf", "fixtures/tiny-ref.gguf", "fixtures/tiny-mtp.gguf",
-                                            "fixtures/tiny-chat-cases.json", "reference/qwen3.5-chat-template.jinja"};
+                                            "fixtures/tiny-chat-cases.json", "reference/qwen3.5-chat-template.jinja",
+                                            "fixtures/kquant/kq-q4_k_m.gguf", "fixtures/kquant/kq-q4_k_m-ref.gguf"};
 
 // The first of kFixtureFiles that is missing ("" when all are there).
 inline std::string missing_fixture() {

@@ -12,7 +12,7 @@ namespace qrig::compiler::passes {
 constexpr int64_t kSnapshotsPerSlot = 4;  // prefix-cache snapshots of recurrent state per slot (plan_memory)
 
 // Bytes of one weight as a backend holds it: CUDA uploads Q8_0 matrices repacked (int8 values + fp16 scales: the
-// file's bytes) and f32 vectors as they are; the CPU maps the file's bytes.
+// file's bytes) and f32 vectors as they are (any other type: CompileError); the CPU maps the file's bytes.
 int64_t device_weight_bytes(const gguf::TensorInfo& t, bool cuda);
 
 // The rig devices the plan's stages run on, in stage order: those of the backend's kind (at most --gpus GPUs), at

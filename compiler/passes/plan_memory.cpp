@@ -32,6 +32,22 @@ bool is_mtp_tensor(const std::string& name, const Qwen35Params& hp) {
 }
 
 
+// Per device, per tensor type: how many tensors and the bytes the backend holds (a `qrig inspect` note).
+struct TypeTally {
+  int64_t tensors = 0, bytes = 0;
+};
+using WeightTypes = std::map<std::string, std::map<std::string, TypeTally>>;
+
+std::string weight_types_note(const std::string& device, const std::map<std::string, TypeTally>& types) {
+  std::string s = fmt::format("weights on {} by type:", device);
+  bool first = true;
+  for (const auto& [type, t] : types) {
+    s += fmt::format("{} {} {} ({:.2f} MiB)", first ? "" : ",", type, t.tensors, (double)t.bytes / (1 << 20));
+    first = false;
+  }
+  return s;
+}
+
 // Bytes of a result value in the arena at `rows` rows: f32 rows, or the planes and scales of a q8 value.
 int64_t value_bytes(const ir::Type& t, int64_t rows, int64_t precise_rows) {
   const int64_t w = t.shape.back();
@@ -113,6 +129,10 @@ int64_t device_weight_bytes(const gguf::TensorInfo& t, bool cuda) {
     const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
     return rows * cols + rows * (cols / 32) * 2;
   }
+  // Other matrix types have no CUDA layout (select_backend refuses them by name before any pass asks).
+  if (t.type != gguf::TensorType::F32)
+    throw CompileError(fmt::format("weight '{}' is {}: the CUDA backend has no layout for it", t.name,
+                                   gguf::tensor_type_name(t.type)));
   return (int64_t)t.n_elements * 4;
 }
 
@@ -134,6 +154,7 @@ void plan_memory(CompileContext& cx) {
   std::map<std::string, std::string> state_device;  // state -> the device of the ops using it
   m.weight_bytes = 0;
   std::map<std::string, bool> counted;
+  WeightTypes weight_types;
   for (const ir::Op& op : p.graph.ops) {
     DeviceParts& d = parts.at(op.s("device"));
     for (const char* key : {"state", "k_cache", "v_cache"})
@@ -150,6 +171,11 @@ void plan_memory(CompileContext& cx) {
       if (!t) throw CompileError(fmt::format("{}: tensor '{}' is missing", op.describe(), w));
       const int64_t b = device_weight_bytes(*t, cuda);
       d.mem.weights += b;
+      {  // a single-device CPU plan recounts below: it maps the whole file
+        TypeTally& tt = weight_types[op.s("device")][gguf::tensor_type_name(t->type)];
+        ++tt.tensors;
+        tt.bytes += b;
+      }
     }
     if (cuda && op.kind == ir::OpKind::rope) d.mem.weights += op.i("rope_dims") / 2 * 8;  // inv_freq (f64)
   }
@@ -157,9 +183,17 @@ void plan_memory(CompileContext& cx) {
     // The CPU maps the file: every tensor of the main model is resident (the MTP block is kept aside). Stages of a
     // multi-stage CPU plan count the tensors their ops read (the pages each touches).
     parts.at(order[0]).mem.weights = 0;
+    weight_types.clear();
     for (const auto& t : cx.file.tensors())
-      if (!is_mtp_tensor(t.name, hp)) parts.at(order[0]).mem.weights += (int64_t)t.n_bytes;
+      if (!is_mtp_tensor(t.name, hp)) {
+        parts.at(order[0]).mem.weights += (int64_t)t.n_bytes;
+        TypeTally& tt = weight_types[order[0]][gguf::tensor_type_name(t.type)];
+        ++tt.tensors;
+        tt.bytes += (int64_t)t.n_bytes;
+      }
   }
+  for (const auto& dev : order)
+    if (weight_types.count(dev)) p.notes.push_back(weight_types_note(dev, weight_types.at(dev)));
   for (const auto& dev : order) m.weight_bytes += parts.at(dev).mem.weights;
 
   m.kv_bytes_per_token = 0;

@@ -11,6 +11,26 @@
 
 namespace qrig::compiler::passes {
 
+namespace {
+
+// The GPU executor runs Q8_0 matrices only (repacked at load): a CUDA plan for a model with a matrix of any other
+// type (embedding included: a Q4_K_M file's token_embd is Q4_K) is refused here, naming the tensor and its type,
+// before any pass sizes or places it. The CPU backend runs every type qrig dequantizes.
+void require_cuda_weight_types(const CompileContext& cx) {
+  for (const ir::Op& op : cx.plan.graph.ops) {
+    if (op.kind != ir::OpKind::embed && op.kind != ir::OpKind::matmul) continue;
+    const gguf::TensorInfo* t = cx.file.find_tensor(op.s("weight"));
+    if (!t) throw CompileError(fmt::format("{}: tensor '{}' is missing", op.describe(), op.s("weight")));
+    if (t->type == gguf::TensorType::Q8_0) continue;
+    const char* type = gguf::tensor_type_name(t->type);
+    throw CompileError(fmt::format("{}: weight {} is {}; the CUDA backend has kernels for Q8_0 matrices only (none "
+                                   "for {} yet): compile with --backend cpu, which runs {}",
+                                   op.describe(), t->name, type, type, gguf::dequantizable_types()));
+  }
+}
+
+}  // namespace
+
 void select_backend(CompileContext& cx) {
   ir::Plan& p = cx.plan;
   const bool emulate = cx.options.family == "dp4a-emulated";
@@ -41,6 +61,7 @@ void select_backend(CompileContext& cx) {
       if (!first) first = &d;
     }
   p.backend = "cuda";
+  require_cuda_weight_types(cx);
   p.arch_target = first->arch;
   p.device_sms = first->sms;
   for (const auto& d : cx.rig.devices)

@@ -63,6 +63,22 @@ const float* f32_vector(const gguf::File& f, const std::string& name, const ir::
   return reinterpret_cast<const float*>(f.tensor_data(t));
 }
 
+// Corrupt blocks are refused at load, not met mid-forward: every fp16 scale of a block-quantized matrix must be
+// finite (gguf::check_blocks; rows checked in parallel).
+void check_scales(const gguf::TensorInfo& t, const cpu::Matrix& m, const ir::Op& op) {
+  const gguf::TypeTraits* tr = gguf::type_traits(static_cast<uint32_t>(t.type));
+  if (!tr || tr->block_elems == 1) return;
+  const size_t row_bytes = (size_t)(m.in / tr->block_elems) * tr->block_bytes;
+  try {
+    cpu::parallel_for(m.out, [&](int64_t b, int64_t e) {
+      gguf::check_blocks(t.type, m.data + (size_t)b * row_bytes, (size_t)((e - b) * m.in),
+                         fmt::format("weight '{}' rows {}..{}", t.name, b, e - 1));
+    }, std::max<int64_t>(1, (1 << 20) / (int64_t)row_bytes));
+  } catch (const gguf::Error& e) {
+    throw RuntimeError(fmt::format("{}: {}", op.describe(), e.what()));
+  }
+}
+
 cpu::Matrix matrix(const gguf::File& f, const std::string& name, const ir::Op& op, int64_t in, int64_t out) {
   const gguf::TensorInfo& t = need_tensor(f, name, op);
   if (t.ne.size() != 2 || !gguf::can_dequantize(t.type))
@@ -72,6 +88,7 @@ cpu::Matrix matrix(const gguf::File& f, const std::string& name, const ir::Op& o
   if (m.in != in || m.out != out)
     throw RuntimeError(fmt::format("{}: weight '{}' {} does not map {} to {} values", op.describe(), t.name,
                                    t.shape_string(), in, out));
+  check_scales(t, m, op);
   return m;
 }
 

@@ -22,8 +22,8 @@ namespace {
 size_t matrix_row_bytes(const Matrix& m, const char* op) {
   require_ptr(m.data, op, "weight data");
   if (!gguf::can_dequantize(m.type))
-    fail(op, std::string("weight type ") + gguf::tensor_type_name(m.type) +
-                 " is not supported (F32, F16, BF16, Q8_0)");
+    fail(op, std::string("weight type ") + gguf::tensor_type_name(m.type) + " is not supported (" +
+                 gguf::dequantizable_types() + ")");
   if (m.in <= 0 || m.out <= 0)
     fail(op, "weight shape [" + std::to_string(m.in) + ", " + std::to_string(m.out) + "] is empty");
   const gguf::TypeTraits* tr = gguf::type_traits(static_cast<uint32_t>(m.type));

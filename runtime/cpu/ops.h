@@ -32,8 +32,8 @@ void embed(const Matrix& table, const int32_t* tokens, int64_t T, float* out);
 // out = x * rsqrt(mean(x^2) + eps) * w per token (GGUF weights already carry the +1). May run in place.
 void rmsnorm(const float* x, const float* w, int64_t T, int64_t D, float eps, float* out);
 
-// out[t][o] = sum_i x[t][i] * W[o][i]; W of type F32, F16, BF16 or Q8_0, each row dequantized once
-// and reused for all T tokens.
+// out[t][o] = sum_i x[t][i] * W[o][i]; W of any type gguf::can_dequantize() accepts (F32, F16, BF16, Q8_0,
+// the K-quants, Q4_0..Q5_1, IQ4_NL/XS), each row dequantized once and reused for all T tokens.
 void matmul(const Matrix& w, const float* x, int64_t T, float* out);
 
 // The activation quantization of the GPU's dp4a matmuls (templates/quant_act_q8.cu, bit for bit): per 32

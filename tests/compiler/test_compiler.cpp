@@ -90,8 +90,15 @@ TEST_CASE("unsupported or inconsistent models are refused with precise messages"
                     Catch::Contains("qwen35moe") && Catch::Contains("not supported yet"));
   CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"general.architecture", Value::of_str("llama")}})),
                     Catch::Contains("'llama'"));
-  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({}, "blk.2.ffn_up.weight", gguf::TensorType::Q4_K)),
-                    Catch::Contains("blk.2.ffn_up.weight") && Catch::Contains("Q4_K"));
+  CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({}, "blk.2.ffn_up.weight", gguf::TensorType::IQ2_XXS)),
+                    Catch::Contains("blk.2.ffn_up.weight") && Catch::Contains("IQ2_XXS") && Catch::Contains("Q4_K"));
+  {  // A type the CPU runs but the CUDA executor does not (Q8_0 matrices only): refused for CUDA by name at compile.
+    const gguf::File q4k = edited_tiny({}, "blk.2.ffn_up.weight", gguf::TensorType::Q4_K);
+    CHECK_THROWS_WITH(compiler::compile(q4k, compiler::Rig::load(kRigs + "h200.toml"), {}),
+                      Catch::Contains("blk.2.ffn_up.weight") && Catch::Contains("Q4_K") &&
+                          Catch::Contains("Q8_0 matrices only"));
+    CHECK(compiler::compile(q4k, compiler::Rig::load(kRigs + "cpu.toml"), {}).backend == "cpu");
+  }
   CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.attention.head_count_kv", Value::of_u32(3)}})),
                     Catch::Contains("not a multiple of head_count_kv"));
   CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.feed_forward_length", Value::of_u32(1024)}})),

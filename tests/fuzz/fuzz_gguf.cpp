@@ -1,6 +1,7 @@
 // libFuzzer target for the GGUF reader (build with -DQRIG_FUZZ=ON, run scripts/fuzz-gguf.sh): any input must
 // either parse or throw gguf::Error; after a parse, every tensor's bytes and every metadata value must be
-// readable (ASan catches reads outside the image) and the supported types must dequantize.
+// readable (ASan catches reads outside the image) and the supported types must dequantize (and pass or fail
+// check_blocks with an Error).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -42,6 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (uint64_t k = 0; k < t.n_bytes; ++k) h += p[k];
       g_sink = g_sink + h;
       if (can_dequantize(t.type)) {
+        try { check_blocks(t.type, p, t.n_elements, t.name); } catch (const Error&) {}  // NaN/inf scales: an Error
         out.resize(t.n_elements);
         dequantize(t.type, p, out.data(), t.n_elements);
         g_sink = g_sink + (uint64_t)(out.back() == out.back());

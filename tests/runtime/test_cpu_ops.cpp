@@ -60,8 +60,13 @@ Weight make_weight(gguf::TensorType type, int64_t in, int64_t out, uint32_t seed
       gguf::quantize_q8_0(src.data(), w.bytes.data(), n);
       gguf::dequantize(type, w.bytes.data(), w.values.data(), n);
       break;
-    default:
-      FAIL("unsupported test weight type");
+    default: {
+      if (!gguf::can_quantize(type)) FAIL("unsupported test weight type");
+      const gguf::TypeTraits& tr = *gguf::type_traits(static_cast<uint32_t>(type));
+      w.bytes.resize(n / tr.block_elems * tr.block_bytes);
+      gguf::quantize(type, src.data(), w.bytes.data(), n);
+      gguf::dequantize(type, w.bytes.data(), w.values.data(), n);
+    }
   }
   return w;
 }
@@ -150,15 +155,32 @@ TEST_CASE("matmul matches a double reference for F32, F16, BF16 and Q8_0 weights
   }
 }
 
+TEST_CASE("matmul matches a double reference for the block formats, dequantized on the fly", "[runtime]") {
+  const int64_t in = 512, out = 37;  // 512: whole K-quant super-blocks
+  for (auto type : {gguf::TensorType::Q4_0, gguf::TensorType::Q4_1, gguf::TensorType::Q5_0, gguf::TensorType::Q5_1,
+                    gguf::TensorType::Q2_K, gguf::TensorType::Q3_K, gguf::TensorType::Q4_K, gguf::TensorType::Q5_K,
+                    gguf::TensorType::Q6_K}) {
+    const Weight w = make_weight(type, in, out, 13);
+    for (int64_t T : {1, 3}) {
+      INFO(gguf::tensor_type_name(type) << " T=" << T);
+      const auto x = randn(static_cast<size_t>(T * in), 14);
+      auto y = poisoned(static_cast<size_t>(T * out));
+      matmul(w.matrix(), x.data(), T, y.data());
+      CHECK(rel_err(y, matmul_ref(w, x, T)) < 1e-5);
+    }
+  }
+}
+
 TEST_CASE("matmul and embed reject unsupported or inconsistent weights", "[runtime]") {
   std::vector<uint8_t> bytes(64 * 64 * 4);
-  std::vector<float> x(64), y(64);
-  CHECK_THROWS_AS(matmul(Matrix{gguf::TensorType::Q4_0, bytes.data(), 64, 4}, x.data(), 1, y.data()), OpError);
+  std::vector<float> x(256), y(256);
+  CHECK_THROWS_AS(matmul(Matrix{gguf::TensorType::IQ2_XXS, bytes.data(), 256, 4}, x.data(), 1, y.data()), OpError);
+  CHECK_THROWS_AS(matmul(Matrix{gguf::TensorType::Q4_K, bytes.data(), 64, 4}, x.data(), 1, y.data()), OpError);
   CHECK_THROWS_AS(matmul(Matrix{gguf::TensorType::Q8_0, bytes.data(), 48, 4}, x.data(), 1, y.data()), OpError);
   CHECK_THROWS_AS(matmul(Matrix{gguf::TensorType::F32, nullptr, 64, 4}, x.data(), 1, y.data()), OpError);
   CHECK_THROWS_AS(matmul(Matrix{gguf::TensorType::F32, bytes.data(), 0, 4}, x.data(), 1, y.data()), OpError);
   const int32_t tok = 0;
-  CHECK_THROWS_AS(embed(Matrix{gguf::TensorType::Q6_K, bytes.data(), 256, 2}, &tok, 1, y.data()), OpError);
+  CHECK_THROWS_AS(embed(Matrix{gguf::TensorType::IQ3_S, bytes.data(), 256, 2}, &tok, 1, y.data()), OpError);
 }
 
 TEST_CASE("embed copies dequantized rows and rejects out-of-range ids", "[runtime]") {
