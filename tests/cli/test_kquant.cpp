@@ -29,9 +29,12 @@ const char* const kFiles[] = {"f16",  "q4_0",   "q4_1",   "q5_0",   "q5_1", "q2_
 std::string kq(const std::string& name) { return qrig::fixtures::shared_path("fixtures/kquant/kq-" + name); }
 
 // The max_rel_err of verify's summary line ("backend cpu max_rel_err X (tolerance ..."); -1 when absent.
+// max_rel_err of verify's summary line ("backend cpu [kv K V] max_rel_err X ..."); -1 when there is none.
 double summary_err(const std::string& text) {
-  const std::string key = "backend cpu max_rel_err ";
-  const size_t at = text.rfind(key);
+  const size_t line = text.rfind("backend cpu ");
+  if (line == std::string::npos) return -1.0;
+  const std::string key = "max_rel_err ";
+  const size_t at = text.find(key, line);
   return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size()));
 }
 
