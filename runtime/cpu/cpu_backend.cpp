@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -62,6 +63,52 @@ void read_weights_in(const ir::Plan& plan, const gguf::File& f, const LoadProgre
 struct CpuSnapshot : Snapshot {
   std::vector<std::vector<float>> states;  // non-positional states only (empty vector for KV caches)
 };
+// Every slot's sequence of one executor (the whole plan, or one stage's part), and its snapshots: the
+// non-positional states (conv, GDN) copied, the key and value caches left in place (append-only by position).
+struct CpuSlots {
+  std::vector<CpuSequence> seqs;
+  std::vector<bool> positional;  // per graph state: a key or value cache
+
+  CpuSlots(const CpuExecutor& ex, const ir::Plan& plan) {
+    for (int64_t s = 0; s < plan.max_sequences; ++s) seqs.push_back(ex.new_sequence());
+    for (const auto& st : plan.graph.states) {
+      bool pos = false;
+      for (int64_t d : st.type.shape) pos |= d == ir::kContext;
+      positional.push_back(pos);
+    }
+  }
+  CpuSequence& seq(int slot) {
+    if (slot < 0 || slot >= (int)seqs.size()) throw RuntimeError(fmt::format("no slot {}", slot));
+    return seqs[(size_t)slot];
+  }
+  const CpuSequence& seq(int slot) const { return const_cast<CpuSlots*>(this)->seq(slot); }
+  std::shared_ptr<Snapshot> save(int slot) const {
+    auto snap = std::make_shared<CpuSnapshot>();
+    const CpuSequence& s = seq(slot);
+    snap->position = s.n_past;
+    for (size_t i = 0; i < s.buffers.size(); ++i)
+      snap->states.push_back(positional[i] ? std::vector<float>() : s.buffers[i]);
+    return snap;
+  }
+  void restore(int slot, const Snapshot& snap) {
+    const auto* cs = dynamic_cast<const CpuSnapshot*>(&snap);
+    CpuSequence& s = seq(slot);
+    if (!cs || cs->states.size() != s.buffers.size()) throw RuntimeError("snapshot of another backend");
+    for (size_t i = 0; i < s.buffers.size(); ++i)
+      if (!positional[i] && cs->states[i].size() != s.buffers[i].size())
+        throw RuntimeError("snapshot of another stage");
+    for (size_t i = 0; i < s.buffers.size(); ++i)
+      if (!positional[i]) s.buffers[i] = cs->states[i];
+    s.n_past = cs->position;
+  }
+  int64_t snapshot_bytes() const {
+    int64_t b = 0;
+    for (size_t i = 0; i < positional.size(); ++i)
+      if (!positional[i]) b += (int64_t)seqs[0].buffers[i].size() * 4;
+    return b;
+  }
+};
+
 
 class CpuBackend final : public Backend {
  public:
@@ -77,15 +124,10 @@ class CpuBackend final : public Backend {
                                      need / (1 << 30), plan.max_sequences, (double)ex_.sequence_bytes() / (1 << 20),
                                      ram / (1 << 30)));
     if (opt.progress) read_weights_in(plan, *file_, opt.progress);
-    for (int64_t s = 0; s < plan.max_sequences; ++s) seqs_.push_back(ex_.new_sequence());
-    for (const auto& st : plan.graph.states) {
-      bool positional = false;
-      for (int64_t d : st.type.shape) positional |= d == ir::kContext;
-      positional_.push_back(positional);
-    }
+    slots_.emplace(ex_, plan);
   }
   const ir::Plan& plan() const override { return ex_.plan(); }
-  int slots() const override { return (int)seqs_.size(); }
+  int slots() const override { return (int)slots_->seqs.size(); }
   int64_t vocab_rows() const override { return ex_.vocab_rows(); }
   int64_t context_length() const override { return ex_.plan().context_length; }
   int64_t position(int slot) const override { return seq(slot).n_past; }
@@ -111,41 +153,17 @@ class CpuBackend final : public Backend {
     }
     return out;
   }
-
-  std::shared_ptr<Snapshot> save(int slot) const override {
-    auto snap = std::make_shared<CpuSnapshot>();
-    const CpuSequence& s = seq(slot);
-    snap->position = s.n_past;
-    for (size_t i = 0; i < s.buffers.size(); ++i)
-      snap->states.push_back(positional_[i] ? std::vector<float>() : s.buffers[i]);
-    return snap;
-  }
-  void restore(int slot, const Snapshot& snap) override {
-    const auto* cs = dynamic_cast<const CpuSnapshot*>(&snap);
-    if (!cs || cs->states.size() != positional_.size()) throw RuntimeError("snapshot of another backend");
-    CpuSequence& s = seq(slot);
-    for (size_t i = 0; i < s.buffers.size(); ++i)
-      if (!positional_[i]) s.buffers[i] = cs->states[i];
-    s.n_past = cs->position;
-  }
-  int64_t snapshot_bytes() const override {
-    int64_t b = 0;
-    for (size_t i = 0; i < positional_.size(); ++i)
-      if (!positional_[i]) b += (int64_t)seqs_[0].buffers[i].size() * 4;
-    return b;
-  }
+  std::shared_ptr<Snapshot> save(int slot) const override { return slots_->save(slot); }
+  void restore(int slot, const Snapshot& snap) override { slots_->restore(slot, snap); }
+  int64_t snapshot_bytes() const override { return slots_->snapshot_bytes(); }
 
  private:
-  CpuSequence& seq(int slot) {
-    if (slot < 0 || slot >= (int)seqs_.size()) throw RuntimeError(fmt::format("no slot {}", slot));
-    return seqs_[(size_t)slot];
-  }
-  const CpuSequence& seq(int slot) const { return const_cast<CpuBackend*>(this)->seq(slot); }
+  CpuSequence& seq(int slot) { return slots_->seq(slot); }
+  const CpuSequence& seq(int slot) const { return slots_->seq(slot); }
 
   std::shared_ptr<const gguf::File> file_;
   CpuExecutor ex_;
-  std::vector<CpuSequence> seqs_;
-  std::vector<bool> positional_;
+  std::optional<CpuSlots> slots_;  // made after the weights are read in
 };
 
 // One stage of a multi-stage CPU plan: the executor bound to the stage's ops, a sequence (its layers' states) per
@@ -153,13 +171,7 @@ class CpuBackend final : public Backend {
 class CpuStage final : public PipelineStage {
  public:
   CpuStage(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const std::string& device)
-      : device_(device), ex_(plan, std::move(file), device) {
-    for (int64_t s = 0; s < plan.max_sequences; ++s) seqs_.push_back(ex_.new_sequence());
-    for (const auto& st : plan.graph.states) {
-      bool positional = false;
-      for (int64_t d : st.type.shape) positional |= d == ir::kContext;
-      positional_.push_back(positional);
-    }
+      : device_(device), ex_(plan, std::move(file), device), slots_(ex_, plan) {
     const int64_t rows = plan.rows_per_call();
     for (const auto& op : plan.graph.ops)
       if (op.kind == ir::OpKind::bridge && op.s("to") == device) in_width_ = op.types[0].shape.back();
@@ -173,31 +185,9 @@ class CpuStage final : public PipelineStage {
   int64_t vocab_rows() const override { return ex_.vocab_rows(); }
   int64_t position(int slot) const override { return seq(slot).n_past; }
   void reset(int slot) override { seq(slot).reset(); }
-  std::shared_ptr<Snapshot> save(int slot) const override {
-    auto snap = std::make_shared<CpuSnapshot>();
-    const CpuSequence& s = seq(slot);
-    snap->position = s.n_past;
-    for (size_t i = 0; i < s.buffers.size(); ++i)
-      snap->states.push_back(positional_[i] ? std::vector<float>() : s.buffers[i]);
-    return snap;
-  }
-  void restore(int slot, const Snapshot& snap) override {
-    const auto* cs = dynamic_cast<const CpuSnapshot*>(&snap);
-    CpuSequence& s = seq(slot);
-    if (!cs || cs->states.size() != s.buffers.size()) throw RuntimeError("snapshot of another backend");
-    for (size_t i = 0; i < s.buffers.size(); ++i)
-      if (!positional_[i] && cs->states[i].size() != s.buffers[i].size())
-        throw RuntimeError("snapshot of another stage");
-    for (size_t i = 0; i < s.buffers.size(); ++i)
-      if (!positional_[i]) s.buffers[i] = cs->states[i];
-    s.n_past = cs->position;
-  }
-  int64_t snapshot_bytes() const override {
-    int64_t b = 0;
-    for (size_t i = 0; i < positional_.size(); ++i)
-      if (!positional_[i]) b += (int64_t)seqs_[0].buffers[i].size() * 4;
-    return b;
-  }
+  std::shared_ptr<Snapshot> save(int slot) const override { return slots_.save(slot); }
+  void restore(int slot, const Snapshot& snap) override { slots_.restore(slot, snap); }
+  int64_t snapshot_bytes() const override { return slots_.snapshot_bytes(); }
   void compute(const PipelineUnit& u, const std::vector<StepInput>& batch, int buf,
                const PipelineResults& res) override {
     int64_t row = 0;
@@ -224,16 +214,12 @@ class CpuStage final : public PipelineStage {
   }
 
  private:
-  CpuSequence& seq(int slot) {
-    if (slot < 0 || slot >= (int)seqs_.size()) throw RuntimeError(fmt::format("no slot {}", slot));
-    return seqs_[(size_t)slot];
-  }
-  const CpuSequence& seq(int slot) const { return const_cast<CpuStage*>(this)->seq(slot); }
+  CpuSequence& seq(int slot) { return slots_.seq(slot); }
+  const CpuSequence& seq(int slot) const { return slots_.seq(slot); }
 
   std::string device_;
   CpuExecutor ex_;
-  std::vector<CpuSequence> seqs_;
-  std::vector<bool> positional_;
+  CpuSlots slots_;
   int64_t in_width_ = 0;
   std::vector<float> in_[2], out_[2];
 };
