@@ -78,6 +78,14 @@ std::vector<TemplateInfo> matmul_templates() {
         threads_param()},
        "few-row GEMM: each weight read once for up to c tokens (batched decode), 1 or 2 activation planes, "
        "dp4a, f32 out"},
+      {"gemm_wq_dp4a_skinny", "gemm_wq_dp4a_skinny.cu",
+       {{"w", "QRIG_WTYPE", 2, 23, 1, "weight type (ggml type id: 2 Q4_0 .. 14 Q6_K, 20 IQ4_NL, 23 IQ4_XS)"},
+        planes_param(),
+        {"c", "QRIG_COLS", 1, 16, 1, "activation rows (tokens) per launch, at most (a power of two)"},
+        {"r", "QRIG_ROWS", 1, 4, 1, "weight rows per warp (a power of two)"},
+        threads_param()},
+       "GEMV / few-row GEMM of the GGUF block types other than Q8_0 (repacked quant and scale bytes), units of "
+       "32 weights decoded to int8 codes, dp4a, scales and offsets per 16 values, f32 out"},
   };
 }
 
@@ -226,5 +234,88 @@ std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, i
 }
 
 Variant gemv_q8_0_variant(int64_t k, int64_t planes) { return gemv_q8_0_variant(k, planes, default_tuning(90).matmul); }
+
+namespace {
+
+struct WqType {
+  int64_t id;
+  const char* format;
+  WqLayout layout;
+};
+// Block values and bytes as ggml defines them; the quant range A of each block as templates/qrig_wtypes.cuh
+// reads it (qs, with Q3_K's hmask / Q5_K's qh / Q6_K's qh next to it), the rest of the block being B.
+constexpr WqType kWqTypes[] = {
+    {2, "q4_0", {32, 18, 2, 16}},      {3, "q4_1", {32, 20, 4, 16}},      {6, "q5_0", {32, 22, 6, 16}},
+    {7, "q5_1", {32, 24, 8, 16}},      {10, "q2_k", {256, 84, 16, 64}},   {11, "q3_k", {256, 110, 0, 96}},
+    {12, "q4_k", {256, 144, 16, 128}}, {13, "q5_k", {256, 176, 16, 160}}, {14, "q6_k", {256, 210, 0, 192}},
+    {20, "iq4_nl", {32, 18, 2, 16}},   {23, "iq4_xs", {256, 136, 8, 128}}};
+
+const WqType* wq_type(int64_t id) {
+  for (const WqType& t : kWqTypes)
+    if (t.id == id) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+WqLayout wq_layout(int64_t ggml_type) {
+  const WqType* t = wq_type(ggml_type);
+  if (!t) throw KernelError(fmt::format("weight type {}: the dp4a family has no kernels for it", ggml_type));
+  return t->layout;
+}
+
+int64_t wq_device_bytes(int64_t ggml_type, int64_t rows, int64_t cols) {
+  const WqLayout l = wq_layout(ggml_type);
+  if (rows <= 0 || cols <= 0 || cols % l.block_values != 0)
+    throw KernelError(fmt::format("weight type {}: [{}][{}] is not rows of whole {}-value blocks", ggml_type, rows,
+                                  cols, l.block_values));
+  return rows * (cols / l.block_values) * l.block_bytes;
+}
+
+bool wq_dp4a_type(int64_t ggml_type) { return wq_type(ggml_type) != nullptr; }
+
+int64_t wq_block_values(int64_t ggml_type) { return wq_layout(ggml_type).block_values; }
+
+int64_t wq_type_of_format(const std::string& format) {
+  for (const WqType& t : kWqTypes)
+    if (format == t.format) return t.id;
+  return -1;
+}
+
+Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, int64_t rows_per_warp,
+                               int64_t threads) {
+  auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  if (!wq_dp4a_type(ggml_type))
+    throw KernelError(fmt::format("gemm_wq_dp4a_skinny: weight type {} has no dp4a decode", ggml_type));
+  if (!pow2(cols) || !pow2(rows_per_warp) || cols * rows_per_warp > 32)
+    throw KernelError(fmt::format("gemm_wq_dp4a_skinny: {} tokens and {} rows per warp must be powers of two with "
+                                  "at most 32 sums per lane", cols, rows_per_warp));
+  return make_variant("gemm_wq_dp4a_skinny",
+                      {{"w", ggml_type}, {"p", planes}, {"c", cols}, {"r", rows_per_warp}, {"t", threads}});
+}
+
+std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t n, int64_t min_rows, int64_t max_rows,
+                                          int64_t planes) {
+  const WqType* wt = wq_type(ggml_type);
+  if (!wt) throw KernelError(fmt::format("matmul: weight type {} has no dp4a kernels", ggml_type));
+  if (k <= 0 || k % wt->layout.block_values != 0 || n <= 0 || planes < 1 || planes > 2)
+    throw KernelError(fmt::format("matmul_{}: no kernel for [{}] -> [{}] (rows must be whole {}-value blocks) with {} "
+                                  "planes", wt->format, k, n, wt->layout.block_values, planes));
+  if (min_rows < 1 || max_rows < min_rows) throw KernelError(fmt::format("matmul_{}: rows {}..{}", wt->format, min_rows, max_rows));
+  std::vector<KernelRange> out;
+  for (int64_t c = 1, lo = 1; lo <= max_rows; lo = c + 1, c *= 2) {
+    const int64_t hi = c >= 16 ? max_rows : c;
+    if (hi < min_rows) continue;
+    const int64_t r = c <= 4 ? 2 : 1;
+    std::string why = c == 1 ? fmt::format("one row: the {} GEMV reads every weight once", wt->format)
+                      : c < 16 ? fmt::format("{} rows or fewer: the {} skinny GEMM reads every weight once for all rows",
+                                             c, wt->format)
+                               : fmt::format("the {} skinny GEMM on tiles of 16 rows (no tiled GEMM for {} yet: the "
+                                             "weights are read once per 16 rows)", wt->format, wt->format);
+    out.push_back({std::max(lo, min_rows), hi, {{gemm_wq_skinny_variant(ggml_type, planes, c, r)}}, std::move(why)});
+    if (c >= 16) break;
+  }
+  return out;
+}
 
 }  // namespace qrig::kernels

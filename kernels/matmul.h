@@ -56,4 +56,31 @@ std::vector<Variant> matmul_q8_0_variants(int64_t k, int64_t n, int64_t max_t, i
                                           int64_t min_t = 1, const MatmulTuning& t = default_tuning(90).matmul);
 Variant gemv_q8_0_variant(int64_t k, int64_t planes);
 
+// The GGUF weight types other than Q8_0 (templates/qrig_wtypes.cuh): Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K,
+// IQ4_NL, IQ4_XS, by ggml type id; and their values per block (32 or 256).
+bool wq_dp4a_type(int64_t ggml_type);
+int64_t wq_block_values(int64_t ggml_type);
+// Their device layout (runtime/cuda/q8_layout.h repack_wq): each GGUF block split into its quant bytes
+// [a_offset, a_offset + a_bytes) (array A, a multiple of 16 bytes per block) and the rest (array B, the scales);
+// the same bytes as the file. Throws KernelError for other types / shapes that are not whole blocks.
+struct WqLayout {
+  int64_t block_values = 0, block_bytes = 0, a_offset = 0, a_bytes = 0;
+  int64_t b_bytes() const { return block_bytes - a_bytes; }
+};
+WqLayout wq_layout(int64_t ggml_type);
+int64_t wq_device_bytes(int64_t ggml_type, int64_t rows, int64_t cols);
+// The ggml type id of a plan's weight format name ("q4_k"), or -1 when the dp4a family has no kernels for it
+// (q8_0 included: it has its own).
+int64_t wq_type_of_format(const std::string& format);
+// Their matmul: up to `cols` tokens per launch (a power of two, 1 = the decode GEMV), rows_per_warp weight rows
+// per warp; longer steps run it on tiles of `cols` tokens.
+Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, int64_t rows_per_warp,
+                               int64_t threads = 128);
+// The kernel for every row count min_rows..max_rows of a [k] -> [n] matmul with these weights: the GEMV for one
+// row, the skinny kernel of the next power of two up to 16 rows, 16-row tiles beyond (there is no tiled GEMM
+// for these types yet: prefill reads the weights once per 16 rows). Throws KernelError when k is not a
+// multiple of the type's block.
+std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t n, int64_t min_rows,
+                                          int64_t max_rows, int64_t planes);
+
 }  // namespace qrig::kernels

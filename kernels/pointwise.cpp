@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "kernels/matmul.h"
 #include "kernels/registry.h"
 
 namespace qrig::kernels {
@@ -27,6 +30,11 @@ std::vector<TemplateInfo> pointwise_templates() {
       {"embed_q8_0", "embed_q8_0.cu",
        {{"d", "QRIG_D", 32, 65536, 32, "row length"}, threads_param()},
        "rows of a repacked Q8_0 table -> f32, one block per token; ids out of range give NaN rows"},
+      {"embed_wq", "embed_wq.cu",
+       {{"w", "QRIG_WTYPE", 2, 23, 1, "table type (ggml type id, a type gemm_wq_dp4a_skinny decodes)"},
+        {"d", "QRIG_D", 32, 65536, 32, "row length"}, threads_param()},
+       "rows of a repacked GGUF block-type table (Q4_0 .. Q6_K, IQ4) -> f32 bit for bit as the reference "
+       "dequantizes them, one block per token; ids out of range give NaN rows"},
       {"add_f32", "add_f32.cu", {threads_param()}, "residual add of f32 vectors (float4)"},
       {"swiglu_f32", "swiglu_f32.cu", {threads_param()}, "silu(gate) * up of f32 vectors (float4)"},
       {"conv1d_silu_f32", "conv1d_silu_f32.cu",
@@ -52,6 +60,12 @@ Variant rmsnorm_f32_variant(int64_t d, int64_t quant_planes) {
 }
 Variant embed_q8_0_variant(int64_t d) {
   return make_variant("embed_q8_0", {{"d", d}, {"t", std::clamp<int64_t>(pow2_at_most(d / 16), 32, 256)}});
+}
+Variant embed_wq_variant(int64_t ggml_type, int64_t d) {
+  if (!wq_dp4a_type(ggml_type)) throw KernelError(fmt::format("embed_wq: table type {} has no dp4a decode", ggml_type));
+  if (d % wq_block_values(ggml_type) != 0)
+    throw KernelError(fmt::format("embed_wq: rows of {} values are not whole {}-value blocks", d, wq_block_values(ggml_type)));
+  return make_variant("embed_wq", {{"w", ggml_type}, {"d", d}, {"t", std::clamp<int64_t>(pow2_at_most(d / 32), 32, 256)}});
 }
 Variant add_f32_variant() { return make_variant("add_f32", {{"t", 256}}); }
 Variant swiglu_f32_variant() { return make_variant("swiglu_f32", {{"t", 256}}); }

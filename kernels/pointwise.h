@@ -14,6 +14,7 @@ namespace qrig::kernels {
 // Rows of d floats; quant_planes > 0: also the output quantized for matmuls (1 or 2 planes, as quant_act_q8).
 Variant rmsnorm_f32_variant(int64_t d, int64_t quant_planes = 0);
 Variant embed_q8_0_variant(int64_t d);  // Q8_0 rows of d values -> f32
+Variant embed_wq_variant(int64_t ggml_type, int64_t d);  // rows of a GGUF block type (kernels/matmul.h wq_*) -> f32
 Variant add_f32_variant();
 Variant swiglu_f32_variant();
 Variant conv1d_silu_f32_variant(int64_t taps);

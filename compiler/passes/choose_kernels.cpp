@@ -100,7 +100,13 @@ void choose_kernels(CompileContext& cx) {
       switch (op.kind) {
         case ir::OpKind::embed:
           shape = fmt::format("d {}", width);
-          ranges = {all_rows(rows, kernels::embed_q8_0_variant(width), "the Q8_0 embedding rows, one block per token")};
+          if (const gguf::TensorInfo* t = cx.file.find_tensor(op.s("weight"));
+              t && kernels::wq_dp4a_type((int64_t)t->type))
+            ranges = {all_rows(rows, kernels::embed_wq_variant((int64_t)t->type, width),
+                               fmt::format("the {} embedding rows dequantized as the reference does, one block per "
+                                           "token", gguf::tensor_type_name(t->type)))};
+          else
+            ranges = {all_rows(rows, kernels::embed_q8_0_variant(width), "the Q8_0 embedding rows, one block per token")};
           break;
         case ir::OpKind::rmsnorm:
           shape = fmt::format("d {}", width);
@@ -120,11 +126,18 @@ void choose_kernels(CompileContext& cx) {
           });
           break;
         case ir::OpKind::matmul: {
-          if (op.s("format") != "q8_0")
-            throw CompileError(fmt::format("{}: weight {} is {}; the CUDA dp4a family runs Q8_0 matrices (use the CPU "
-                                           "backend for other types)", op.describe(), op.s("weight"), op.s("format")));
           const int64_t k = in_width(0);
           shape = fmt::format("{}->{}", k, width);
+          if (const int64_t wt = kernels::wq_type_of_format(op.s("format")); wt >= 0) {
+            shape += " " + op.s("format");
+            ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+              return kernels::choose_matmul_wq(wt, k, width, lo, hi, planes);
+            });
+            break;
+          }
+          if (op.s("format") != "q8_0")
+            throw CompileError(fmt::format("{}: weight {} is {}; the CUDA dp4a family has no kernels for it (use the "
+                                           "CPU backend)", op.describe(), op.s("weight"), op.s("format")));
           ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
             return kernels::choose_matmul_q8_0(k, width, lo, hi, sms, planes, tun.matmul);
           });

@@ -14,6 +14,7 @@
 #include "kernels/attention.h"
 #include "kernels/gdn.h"
 #include "kernels/kv_format.h"
+#include "kernels/matmul.h"
 #include "kernels/sampling.h"
 
 namespace qrig::compiler::passes {
@@ -129,6 +130,9 @@ int64_t device_weight_bytes(const gguf::TensorInfo& t, bool cuda) {
     const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
     return rows * cols + rows * (cols / 32) * 2;
   }
+  // The other block types the dp4a family decodes: the file's blocks, split in two (kernels/matmul.h wq_layout).
+  if (t.ne.size() == 2 && kernels::wq_dp4a_type((int64_t)t.type))
+    return kernels::wq_device_bytes((int64_t)t.type, (int64_t)t.ne[1], (int64_t)t.ne[0]);
   // Other matrix types have no CUDA layout (select_backend refuses them by name before any pass asks).
   if (t.type != gguf::TensorType::F32)
     throw CompileError(fmt::format("weight '{}' is {}: the CUDA backend has no layout for it", t.name,

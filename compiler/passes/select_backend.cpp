@@ -8,23 +8,26 @@
 #include <fmt/format.h>
 
 #include "compiler/passes/passes.h"
+#include "kernels/matmul.h"
 
 namespace qrig::compiler::passes {
 
 namespace {
 
-// The GPU executor runs Q8_0 matrices only (repacked at load): a CUDA plan for a model with a matrix of any other
-// type (embedding included: a Q4_K_M file's token_embd is Q4_K) is refused here, naming the tensor and its type,
-// before any pass sizes or places it. The CPU backend runs every type qrig dequantizes.
+// The GPU executor runs Q8_0 matrices (repacked at load) and the block types the dp4a family decodes (Q4_0 ..
+// Q6_K, IQ4_NL, IQ4_XS: kernels/matmul.h wq_*), as matmuls and as the embedding: a CUDA plan for a model with a
+// matrix of any other type is refused here, naming the tensor and its type, before any pass sizes or places it.
+// The CPU backend runs every type qrig dequantizes.
 void require_cuda_weight_types(const CompileContext& cx) {
   for (const ir::Op& op : cx.plan.graph.ops) {
     if (op.kind != ir::OpKind::embed && op.kind != ir::OpKind::matmul) continue;
     const gguf::TensorInfo* t = cx.file.find_tensor(op.s("weight"));
     if (!t) throw CompileError(fmt::format("{}: tensor '{}' is missing", op.describe(), op.s("weight")));
-    if (t->type == gguf::TensorType::Q8_0) continue;
+    if (t->type == gguf::TensorType::Q8_0 || kernels::wq_dp4a_type((int64_t)t->type)) continue;
     const char* type = gguf::tensor_type_name(t->type);
-    throw CompileError(fmt::format("{}: weight {} is {}; the CUDA backend has kernels for Q8_0 matrices only (none "
-                                   "for {} yet): compile with --backend cpu, which runs {}",
+    throw CompileError(fmt::format("{}: weight {} is {}; the CUDA backend has kernels for Q8_0, Q4_0, Q4_1, Q5_0, "
+                                   "Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS matrices (none for {} yet): "
+                                   "compile with --backend cpu, which runs {}",
                                    op.describe(), t->name, type, type, gguf::dequantizable_types()));
   }
 }

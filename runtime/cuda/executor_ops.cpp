@@ -320,7 +320,11 @@ float* f32_in(const StepCx&, const CudaStep& s, size_t a) { return s.in.at(a); }
 const Q8Value& q8_in(const StepCx&, const CudaStep& s) { return s.q8_in; }
 
 void run_embed(const StepCx& c, const CudaStep& s) {
-  cuda::launch_embed_q8_0(s.kernel_for(c.T), s.w[0], c.m.tokens_dev.data(), c.T, s.out[0], c.stream);
+  const cuda::LoadedKernel& k = s.kernel_for(c.T);
+  if (k.variant.kernel == "embed_wq")
+    cuda::launch_embed_wq(k, s.w[0], c.m.tokens_dev.data(), c.T, s.out[0], c.stream);
+  else
+    cuda::launch_embed_q8_0(k, s.w[0], c.m.tokens_dev.data(), c.T, s.out[0], c.stream);
 }
 void run_rmsnorm(const StepCx& c, const CudaStep& s) {
   const int64_t n = s.b->rows ? c.R : c.T;

@@ -1,9 +1,11 @@
 // Weight upload of the CUDA executor (executor.h): each entry of the layout's weight list (layout.h) once. Q8_0
-// matrices are repacked for aligned 16-byte loads (q8_layout.h); a stack (the plan's matmul_stack) is one device
+// matrices are repacked for aligned 16-byte loads (q8_layout.h), other block types split into quant and scale
+// bytes (repack_wq); a stack (the plan's matmul_stack) is one device
 // matrix whose members are slices of it (no copy twice); F32 vectors as they are; RoPE inverse frequencies as
 // f64 tables.
 #include <fmt/format.h>
 
+#include "kernels/matmul.h"
 #include "runtime/cuda/executor_impl.h"
 #include "runtime/cuda/q8_layout.h"
 
@@ -44,6 +46,22 @@ void CudaExecutor::Impl::upload_weights() {
           q8_by_name[name] = {whole.qs + r0 * w.cols, whole.scales + r0 * (w.cols / 32), rows, w.cols};
           r0 += rows;
         }
+        break;
+      }
+      case cuda::WeightUpload::wq: {
+        const gguf::TensorInfo& t = f.tensor(w.tensors[0]);
+        const kernels::WqLayout l = kernels::wq_layout(w.wtype);
+        const size_t blocks = (size_t)w.rows * (size_t)(w.cols / l.block_values);
+        std::vector<int8_t> a(blocks * (size_t)l.a_bytes);
+        std::vector<uint16_t> b(blocks * (size_t)l.b_bytes() / 2);
+        cuda::repack_wq(w.wtype, f.tensor_data(t), w.rows, w.cols, reinterpret_cast<uint8_t*>(a.data()),
+                        reinterpret_cast<uint8_t*>(b.data()));
+        weight_qs.emplace_back(opt.device, a.size(), w.tensors[0] + " (quant bytes)");
+        weight_qs.back().upload(a);
+        weight_scales.emplace_back(opt.device, b.size(), w.tensors[0] + " (scale bytes)");
+        weight_scales.back().upload(b);
+        allocated += (int64_t)(a.size() + b.size() * 2);
+        q8_by_name[w.tensors[0]] = {weight_qs.back().data(), weight_scales.back().data(), w.rows, w.cols, w.wtype};
         break;
       }
       case cuda::WeightUpload::f32: {

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/matmul.h"
+
 namespace qrig::cuda {
 
 namespace {
@@ -58,9 +60,40 @@ void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int
 }
 
 
+void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
+                      int64_t T, float* y, StreamHandle stream) {
+  require_kernel(k, "gemm_wq_dp4a_skinny");
+  if (w.wtype != k.variant.param("w"))
+    throw KernelError(fmt::format("{}: the weights are of ggml type {}", k.variant.name, w.wtype));
+  require_aligned(w.qs, 16, k, "weights (quant bytes)");
+  require_aligned(w.scales, 2, k, "weights (scale bytes)");
+  const int64_t block = kernels::wq_block_values(w.wtype);
+  if (w.rows <= 0 || w.rows > INT_MAX || w.cols <= 0 || w.cols % block != 0 || w.cols > INT_MAX / 16)
+    throw KernelError(fmt::format("{}: weights have shape [{}][{}]", k.variant.name, w.rows, w.cols));
+  require_aligned(xq, 16, k, "xq");
+  require_aligned(xd, 4, k, "xd");
+  const bool p2 = k.variant.param("p") == 2;
+  if (p2) require_aligned(xq2, 16, k, "xq2 (the second activation plane)");
+  const int64_t c = k.variant.param("c");
+  // The kernel indexes activations with 32-bit offsets: one launch's rows times the row length must fit.
+  if (T <= 0 || c * w.cols > INT_MAX) throw KernelError(fmt::format("{}: {} activation rows", k.variant.name, T));
+  const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
+  const unsigned g = grid_for(w.rows, rows_per_block, k);
+  for (int64_t t0 = 0; t0 < T; t0 += c) {
+    const int64_t n = std::min(c, T - t0);
+    k.kernel.launch(Dim3(g), Dim3((unsigned)k.variant.threads()), 0, stream,
+                    reinterpret_cast<const unsigned char*>(w.qs), reinterpret_cast<const unsigned char*>(w.scales),
+                    reinterpret_cast<const signed char*>(xq + t0 * w.cols), xd + t0 * (w.cols / 32),
+                    p2 ? reinterpret_cast<const signed char*>(xq2 + t0 * w.cols) : nullptr, y + t0 * w.rows,
+                    (int)w.cols, (int)w.rows, (int)n);
+  }
+}
+
 void launch_matmul_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                         const int8_t* xq2, int64_t T, float* y, StreamHandle stream) {
-  if (k.variant.kernel == "gemm_q8_0_dp4a_tiled") {
+  if (k.variant.kernel == "gemm_wq_dp4a_skinny") {
+    launch_matmul_wq(k, w, xq, xd, xq2, T, y, stream);
+  } else if (k.variant.kernel == "gemm_q8_0_dp4a_tiled") {
     launch_gemm_q8_0_tiled(k, w, xq, xd, xq2, T, y, stream);
   } else if (k.variant.kernel == "gemm_q8_0_dp4a_skinny") {
     launch_gemm_q8_0_skinny(k, w, xq, xd, xq2, T, y, stream);
@@ -78,7 +111,8 @@ MatmulKernels::MatmulKernels(const KernelLoader& load, const std::vector<ir::Lau
                                     r.parts.size(), part));
     LoadedKernel k = load(parse_variant(r.parts[part][0]));
     const std::string& t = k.variant.kernel;
-    if (t != "gemv_q8_0_dp4a" && t != "gemm_q8_0_dp4a_tiled" && t != "gemm_q8_0_dp4a_skinny")
+    if (t != "gemv_q8_0_dp4a" && t != "gemm_q8_0_dp4a_tiled" && t != "gemm_q8_0_dp4a_skinny" &&
+        t != "gemm_wq_dp4a_skinny")
       throw KernelError(fmt::format("matmul: {} is not a matmul kernel", k.variant.name));
     if (t == "gemv_q8_0_dp4a" && r.last != 1)
       throw KernelError(fmt::format("matmul: the GEMV {} cannot run rows {}-{}", k.variant.name, r.first, r.last));

@@ -27,6 +27,8 @@ unsigned grid_for(int64_t items, int64_t per_block, const LoadedKernel& k) {
 namespace {
 
 void require_q8(const Q8Matrix& m, const LoadedKernel& k, const char* what) {
+  if (m.wtype != 8)
+    throw KernelError(fmt::format("{}: {} is of ggml type {}, not the Q8_0 layout", k.variant.name, what, m.wtype));
   require_aligned(m.qs, 16, k, what);
   require_aligned(m.scales, 2, k, what);
   if (m.rows <= 0 || m.rows > INT_MAX || m.cols <= 0 || m.cols % 32 != 0)
@@ -141,6 +143,23 @@ void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32
   if (n_tokens <= 0) throw KernelError(fmt::format("{}: {} tokens", k.variant.name, n_tokens));
   k.kernel.launch(Dim3(grid_for(n_tokens, 1, k)), Dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(table.qs), reinterpret_cast<const unsigned short*>(table.scales),
+                  reinterpret_cast<const int*>(tokens), (int)table.rows, out);
+}
+
+void launch_embed_wq(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,
+                     float* out, StreamHandle stream) {
+  require_kernel(k, "embed_wq");
+  if (table.wtype != k.variant.param("w"))
+    throw KernelError(fmt::format("{}: the table is of ggml type {}", k.variant.name, table.wtype));
+  require_aligned(table.qs, 16, k, "table (quant bytes)");
+  require_aligned(table.scales, 2, k, "table (scale bytes)");
+  if (table.cols != k.variant.param("d") || table.rows <= 0 || table.rows > INT_MAX)
+    throw KernelError(fmt::format("{}: the table is [{}][{}]", k.variant.name, table.rows, table.cols));
+  require_aligned(tokens, 4, k, "tokens");
+  require_aligned(out, 16, k, "out");
+  if (n_tokens <= 0) throw KernelError(fmt::format("{}: {} tokens", k.variant.name, n_tokens));
+  k.kernel.launch(Dim3(grid_for(n_tokens, 1, k)), Dim3((unsigned)k.variant.threads()), 0, stream,
+                  reinterpret_cast<const unsigned char*>(table.qs), reinterpret_cast<const unsigned char*>(table.scales),
                   reinterpret_cast<const int*>(tokens), (int)table.rows, out);
 }
 

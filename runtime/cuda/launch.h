@@ -38,12 +38,15 @@ unsigned grid_for(int64_t items, int64_t per_block, const LoadedKernel& k);
 // KernelCompiler; tests pass one backed by theirs.
 using KernelLoader = std::function<LoadedKernel(const Variant&)>;
 
-// A repacked Q8_0 matrix in device memory (q8_layout.h): qs int8 [rows][cols], scales fp16 [rows][cols/32].
+// A repacked weight matrix in device memory (q8_layout.h). Q8_0 (wtype 8): qs int8 [rows][cols], scales fp16
+// [rows][cols/32]. The other block types (wtype their ggml id, kernels/matmul.h wq_layout): qs the quant bytes
+// (array A), scales the rest of the blocks (array B, even bytes per block).
 struct Q8Matrix {
   const int8_t* qs = nullptr;
   const uint16_t* scales = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  int64_t wtype = 8;
 };
 
 // out[r] = rmsnorm(x[r]) * w for `rows` rows of variant.d floats (rmsnorm_f32, q = 0). out may equal x.
@@ -68,6 +71,9 @@ void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq
 void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                             const int8_t* xq2, float* const y[4], const int64_t rows[4], StreamHandle stream);
 
+// The same for a table of another block type (embed_wq; variant.w must equal table.wtype).
+void launch_embed_wq(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,
+                     float* out, StreamHandle stream);
 // out[t] = row tokens[t] of the table as f32 (embed_q8_0; variant.d must equal table.cols). Ids are checked
 // by the caller on the host (the kernel writes NaN rows for bad ids rather than reading out of bounds).
 void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,

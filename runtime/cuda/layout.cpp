@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/matmul.h"
 #include "kernels/sampling.h"
 #include "runtime/cuda/q8_layout.h"
 #include "runtime/errors.h"
@@ -28,8 +29,8 @@ const gguf::TensorInfo& need(const gguf::File& f, const std::string& name, const
 const gguf::TensorInfo& need_q8(const gguf::File& f, const std::string& name, const ir::Op& op) {
   const gguf::TensorInfo& t = need(f, name, op);
   if (t.ne.size() != 2 || t.type != gguf::TensorType::Q8_0 || t.ne[0] % 32 != 0)
-    throw RuntimeError(fmt::format("{}: weight '{}' is {} {}; the CUDA dp4a family needs Q8_0 matrices (use the CPU "
-                                   "backend for other types)", op.describe(), name, gguf::tensor_type_name(t.type),
+    throw RuntimeError(fmt::format("{}: weight '{}' is {} {}; the CUDA dp4a family has no kernels for it (use the "
+                                   "CPU backend)", op.describe(), name, gguf::tensor_type_name(t.type),
                                    t.shape_string()));
   return t;
 }
@@ -45,8 +46,22 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
   std::vector<bool> used_state(g.states.size(), stage.empty());
   L.has_output = stage.empty();
   std::set<std::string> seen;
+  // A matrix: Q8_0, or another block type the dp4a family decodes (uploaded split, kernels/matmul.h wq_layout).
   auto q8 = [&](const ir::Op& op, const std::string& name) {
     if (!seen.insert(name).second) return;
+    const gguf::TensorInfo& t0 = need(f, name, op);
+    if (t0.ne.size() == 2 && kernels::wq_dp4a_type((int64_t)t0.type)) {
+      const int64_t rows = (int64_t)t0.ne[1], cols = (int64_t)t0.ne[0];
+      WeightUpload w{WeightUpload::wq, {name}, -1, rows, cols, 0};
+      w.wtype = (int64_t)t0.type;
+      try {
+        w.bytes = kernels::wq_device_bytes(w.wtype, rows, cols);
+      } catch (const kernels::KernelError& e) {
+        throw RuntimeError(fmt::format("{}: weight '{}': {}", op.describe(), name, e.what()));
+      }
+      L.weights.push_back(std::move(w));
+      return;
+    }
     const gguf::TensorInfo& t = need_q8(f, name, op);
     const int64_t rows = (int64_t)t.ne[1], cols = (int64_t)t.ne[0];
     L.weights.push_back({WeightUpload::q8, {name}, -1, rows, cols,

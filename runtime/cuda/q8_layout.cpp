@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/matmul.h"
 #include "runtime/cuda/variant.h"
 
 namespace qrig::cuda {
@@ -21,6 +22,22 @@ void repack_q8_0(const uint8_t* src, int64_t rows, int64_t cols, int8_t* qs, uin
     const uint8_t* blk = src + b * 34;
     std::memcpy(&scales[b], blk, 2);
     std::memcpy(qs + b * 32, blk + 2, 32);
+  }
+}
+
+void repack_wq(int64_t ggml_type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* a, uint8_t* b) {
+  const kernels::WqLayout l = kernels::wq_layout(ggml_type);
+  if (rows <= 0 || cols <= 0 || cols % l.block_values != 0)
+    throw KernelError(fmt::format("repack_wq: shape [{}][{}] is not rows of whole {}-value blocks", rows, cols,
+                                  l.block_values));
+  if (!src || !a || !b) throw KernelError("repack_wq: null buffer");
+  const size_t blocks = (size_t)rows * (size_t)(cols / l.block_values), bb = (size_t)l.b_bytes();
+  const size_t ab = (size_t)l.a_bytes, ao = (size_t)l.a_offset, tail = (size_t)l.block_bytes - ao - ab;
+  for (size_t i = 0; i < blocks; ++i) {
+    const uint8_t* blk = src + i * (size_t)l.block_bytes;
+    std::memcpy(a + i * ab, blk + ao, ab);
+    std::memcpy(b + i * bb, blk, ao);
+    std::memcpy(b + i * bb + ao, blk + ao + ab, tail);
   }
 }
 

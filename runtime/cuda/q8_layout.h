@@ -21,6 +21,12 @@ inline size_t q8_scale_bytes(int64_t rows, int64_t cols) { return (size_t)rows *
 // (KernelError otherwise).
 void repack_q8_0(const uint8_t* gguf_q8_0, int64_t rows, int64_t cols, int8_t* qs, uint16_t* scales);
 
+// The GGUF block types other than Q8_0 (kernels/matmul.h wq_layout): every block of a [rows][cols] matrix of
+// type `ggml_type` split into its quant bytes (to a: a_bytes per block, 16-byte aligned) and the rest (to b), in
+// block order; rows * cols / block_values blocks each. KernelError for another type or a shape that is not whole
+// blocks.
+void repack_wq(int64_t ggml_type, const uint8_t* gguf_blocks, int64_t rows, int64_t cols, uint8_t* a, uint8_t* b);
+
 // The activation quantization of quant_act_q8, on the host: per 32 consecutive values, d = amax / 127,
 // q = clamp(roundf(x * (1 / d)), -127, 127) (all in fp32); d = 0 and q = 0 for an all-zero block; d = NaN
 // and q = 0 when the block holds a NaN or an infinity. n must be a multiple of 32. With q2, also the second

@@ -92,12 +92,21 @@ TEST_CASE("unsupported or inconsistent models are refused with precise messages"
                     Catch::Contains("'llama'"));
   CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({}, "blk.2.ffn_up.weight", gguf::TensorType::IQ2_XXS)),
                     Catch::Contains("blk.2.ffn_up.weight") && Catch::Contains("IQ2_XXS") && Catch::Contains("Q4_K"));
-  {  // A type the CPU runs but the CUDA executor does not (Q8_0 matrices only): refused for CUDA by name at compile.
+  {  // A type the CPU runs but the CUDA executor does not (F16 matrices): refused for CUDA by name at compile.
+    const gguf::File f16 = edited_tiny({}, "blk.2.ffn_up.weight", gguf::TensorType::F16);
+    CHECK_THROWS_WITH(compiler::compile(f16, compiler::Rig::load(kRigs + "h200.toml"), {}),
+                      Catch::Contains("blk.2.ffn_up.weight") && Catch::Contains("F16") &&
+                          Catch::Contains("none for F16 yet") && Catch::Contains("--backend cpu"));
+    CHECK(compiler::compile(f16, compiler::Rig::load(kRigs + "cpu.toml"), {}).backend == "cpu");
+    // Q4_K has CUDA kernels (gemm_wq_dp4a_skinny): the plan compiles and names them for that matmul.
     const gguf::File q4k = edited_tiny({}, "blk.2.ffn_up.weight", gguf::TensorType::Q4_K);
-    CHECK_THROWS_WITH(compiler::compile(q4k, compiler::Rig::load(kRigs + "h200.toml"), {}),
-                      Catch::Contains("blk.2.ffn_up.weight") && Catch::Contains("Q4_K") &&
-                          Catch::Contains("Q8_0 matrices only"));
-    CHECK(compiler::compile(q4k, compiler::Rig::load(kRigs + "cpu.toml"), {}).backend == "cpu");
+    const ir::Plan p = compiler::compile(q4k, compiler::Rig::load(kRigs + "h200.toml"), {});
+    CHECK(p.backend == "cuda");
+    bool found = false;
+    for (const auto& op : p.graph.ops)
+      if (op.has("weight") && op.s("weight") == "blk.2.ffn_up.weight")
+        found = op.s("kernel").find("gemm_wq_dp4a_skinny_w12_") != std::string::npos;
+    CHECK(found);
   }
   CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.attention.head_count_kv", Value::of_u32(3)}})),
                     Catch::Contains("not a multiple of head_count_kv"));

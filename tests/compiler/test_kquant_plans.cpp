@@ -23,9 +23,10 @@ std::string kq(const std::string& name) { return qrig::fixtures::shared_path("fi
 const std::string kRigs = std::string(QRIG_SOURCE_DIR) + "/rigs/";
 }  // namespace
 
-TEST_CASE("kquant files: CPU plans count every tensor at its type; CUDA plans are refused by type", "[compiler][fixtures]") {
+TEST_CASE("kquant files: CPU plans count every tensor at its type; CUDA plans run every block type, F16 matrices are refused", "[compiler][fixtures]") {
   const compiler::Rig cpu = compiler::Rig::load(kRigs + "cpu.toml");
   const compiler::Rig gpu = compiler::Rig::load(kRigs + "h200.toml");
+  int64_t cuda_extra = -1;
   for (const char* name : kFiles) {
     INFO("kq-" << name);
     const gguf::File f = gguf::File::open(kq(name));
@@ -49,10 +50,32 @@ TEST_CASE("kquant files: CPU plans count every tensor at its type; CUDA plans ar
     for (const auto& [type, w] : want)
       CHECK_THAT(note, Contains(fmt::format(" {} {} ({:.2f} MiB)", type, w.first, (double)w.second / (1 << 20))));
 
-    // The first weight the CUDA graph reads is the embedding: its type is named.
-    const std::string embd = gguf::tensor_type_name(f.tensor("token_embd.weight").type);
-    CHECK_THROWS_WITH(compiler::compile(f, gpu, {}),
-                      Contains("token_embd.weight") && Contains(embd) && Contains("Q8_0 matrices only") &&
-                          Contains("--backend cpu"));
+    // CUDA: every block type has dp4a kernels, uploaded as the file's bytes (split in two); F16 matrices have
+    // none: the first weight the CUDA graph reads, the embedding, is named.
+    if (std::string(name) == "f16") {
+      CHECK_THROWS_WITH(compiler::compile(f, gpu, {}),
+                        Contains("token_embd.weight") && Contains("F16") && Contains("none for F16 yet") &&
+                            Contains("--backend cpu"));
+      continue;
+    }
+    const ir::Plan cp = compiler::compile(f, gpu, {});
+    CHECK(cp.backend == "cuda");
+    REQUIRE(cp.memory.devices.size() == 1);
+    // Every matrix at its file size; beyond them the device holds only the RoPE tables (f64), the same for every
+    // file (one architecture).
+    const int64_t extra = cp.memory.devices[0].weights - bytes;
+    if (cuda_extra < 0) cuda_extra = extra;
+    CHECK(extra == cuda_extra);
+    CHECK(extra > 0);
+    CHECK(extra < 65536);
+    for (const auto& op : cp.graph.ops) {
+      if (op.kind != ir::OpKind::matmul) continue;
+      const auto& t = f.tensor(op.s("weight"));
+      INFO(op.describe() << " " << op.s("kernel"));
+      if (t.type == gguf::TensorType::Q8_0)
+        CHECK(op.s("kernel").find("_q8_0_") != std::string::npos);
+      else
+        CHECK(op.s("kernel").find(fmt::format("gemm_wq_dp4a_skinny_w{}_", (int)t.type)) != std::string::npos);
+    }
   }
 }
