@@ -67,6 +67,18 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
 
 #pragma unroll 1
   for (int g = lane; g < NU; g += 32) {
+    // L2 prefetch of the rows' bytes PD steps ahead: the loads of a step depend on nothing but g, yet a lane
+    // issues one step's loads at a time (the decode needs them all); prefetches hold no registers and keep
+    // ~PD x 512 bytes per row and warp on their way from DRAM.
+    constexpr int PD = 4;
+    if (g + 32 * PD < NU) {
+      const int gp = g + 32 * PD;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(arow[r] + (size_t)gp * WQ_ABYTES / WQ_UNITS));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(brow[r] + (size_t)(gp / WQ_UNITS) * WQ_BBYTES));
+      }
+    }
     const int blk = g / WQ_UNITS, u = g % WQ_UNITS;
     WqUnit w[R];
 #pragma unroll

@@ -71,7 +71,15 @@ void check_planes(const KernelBinder& kb, const CudaStep& s, const cuda::MatmulK
   }
 }
 
-void kernels_embed(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "embed_q8_0"); }
+// The embedding's kernel follows the table's type: embed_q8_0, or embed_wq for the other block types (its launcher
+// checks the table is of the variant's type).
+void kernels_embed(KernelBinder& kb, CudaStep& s) {
+  bind_ranges(s);
+  const bool wq = !s.ranges.empty() && !s.ranges[0].parts.empty() && !s.ranges[0].parts[0].empty() &&
+                  s.ranges[0].parts[0][0].rfind("embed_wq_", 0) == 0;
+  s.ranges.clear();
+  bind_single(kb, s, wq ? "embed_wq" : "embed_q8_0");
+}
 void kernels_rmsnorm(KernelBinder& kb, CudaStep& s) {
   bind_single(kb, s, "rmsnorm_f32");
   const bool quant = s.b->kind == OpKind::rmsnorm_quant;
