@@ -23,7 +23,15 @@ struct alignas(16) int4_storage {
 struct int4 {
   int x, y, z, w;
 };
+struct uint2 {
+  unsigned x, y;
+};
 inline int4 __ldg(const int4* p) { return *p; }
+inline uint2 __ldg(const uint2* p) { return *p; }
+inline unsigned __ldg(const unsigned* p) { return *p; }
+inline unsigned short __ldg(const unsigned short* p) { return *p; }
+inline unsigned char __ldg(const unsigned char* p) { return *p; }
+inline signed char __ldg(const signed char* p) { return *p; }
 // PTX prmt (default mode): byte i of the result is byte (s >> 4i) & 7 of the 8 bytes {y, x}.
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   const uint64_t v = ((uint64_t)y << 32) | x;
