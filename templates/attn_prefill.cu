@@ -84,7 +84,10 @@ __device__ __forceinline__ void load_tile(const unsigned char* __restrict__ cach
 // (168; 2 CTAs with 188 registers and a deeper-unrolled S loop measured 27.6 vs 29.2 TFLOP/s on the H200).
 // Where fewer fit (A100: 2; sm_70/75/86/89: 1) the bound asks for those only: under NVRTC 11.8 the sm_70
 // code spilled 16 bytes at the 168-register cap that three CTAs would need.
-extern "C" __global__ void __launch_bounds__(QRIG_THREADS, QRIG_CTAS_FITTING(3, (SMEM + 1023) / 1024))
+// f16 keys with q8/t4/t3 values (a --kv choice only: keys are kept at least as precise as values) hold the widest
+// K registers and the V expansion at once: they spilled under the 3-CTA cap on sm_90 and ask for 2 CTAs.
+#define QRIG_PREFILL_CTAS (QRIG_KF == 16 && QRIG_VF != 16 ? 2 : 3)
+extern "C" __global__ void __launch_bounds__(QRIG_THREADS, QRIG_CTAS_FITTING(QRIG_PREFILL_CTAS, (SMEM + 1023) / 1024))
 attn_prefill(const float* __restrict__ q, const unsigned char* __restrict__ kc, const unsigned char* __restrict__ vc,
              long long k_row, long long v_row, int T, int pos0, int Hq, float qscale, const float* __restrict__ gate,
              long long gate_row, long long gate_head, float* __restrict__ out, float* __restrict__ ws_o,
