@@ -3,7 +3,7 @@
 # gpu-bundle built here (ninja -C build qrig_tests_gpu: the test binary and qrig). Usage:
 #   tests/gpu/kv.sh [quick]        quick: steps 1-5 only (no synth models, no benchmarks)
 # Steps, logs under $OUT (default ./gpu-out):
-#   1. qrig_tests_gpu "[kv]~[long262k]": kv_write, decode and prefill attention over every format vs the CPU
+#   1. qrig_tests_gpu "[kv]~[long262k]~[bench]": kv_write, decode and prefill attention over every format vs the CPU
 #      reference ops at 9B/27B shapes, 1.6K..256K keys (gpu_kv_tests.log, kv_report.md: error per case).
 #   2. compute-sanitizer memcheck (and racecheck) of "[kv][short]" when installed.
 #   3. qrig probe -> rig.toml; qrig verify of fixtures/tiny.gguf vs tiny-ref.gguf at every format on the GPU and
@@ -14,6 +14,8 @@
 #   6. 9B Q8_0 synth: qrig bench -n 128 -d 0,32768,131072,262144 for k16v16 (fits an H200), k8v8, k8v3, k3v3;
 #      -p 4096 -d 32768 for the same; a plan of the 9B limited to 16 GiB (rig16.toml: the probed GPU with
 #      memory_gib = 16, the CMP card's) at --ctx 262144, inspected, decoding at depth 261888.
+#   6b. the attention decode micro-benchmark over every pair to 256K keys ("[bench][kv]": GB/s of the rows read,
+#      % of $QRIG_PEAK_GBPS, default 4300: bench_kv_attention.md).
 #   7. 27B Q8_0 synth (a 27 GB file; QRIG_KV_27B=0 skips): qrig bench -n 128 -d 32768,131072 for k16v16 and k8v3.
 # Targets (issue 23): decode at 32K with k8v3 >= 0.9x k16v16; at 256K the attention kernels read the quantized
 # cache at >= 70% of the copy bandwidth (the bench's decode rate at depth 262144 against depth 0 gives the
@@ -47,7 +49,7 @@ sanitizer=$(command -v compute-sanitizer || true)
 [[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
 
 # 1
-"$tests" "[kv]~[long262k]" >"$out/gpu_kv_tests.log" 2>&1
+"$tests" "[kv]~[long262k]~[bench]" >"$out/gpu_kv_tests.log" 2>&1
 rc=$?
 [[ $rc -ne 0 ]] && status=1
 add "gpu tests [kv] (write, decode, prefill vs CPU reference)" "$( [[ $rc == 0 ]] && echo ok || echo FAIL): $(catch2_line "$out/gpu_kv_tests.log")"
@@ -115,6 +117,10 @@ if [[ "${1:-}" != quick ]]; then
   "$qrig" inspect "$out/plan9b_16g" >"$out/inspect9b_16g.log" 2>&1
   "$qrig" bench "$out/plan9b_16g" -n 128 -d 261888 -r 1 >"$out/bench9b_16g.md" 2>&1
   add "9B in 16 GiB at ctx 262144" "compile $( [[ $rc == 0 ]] && echo ok || echo FAIL): $(grep -E '^kv cache' "$out/inspect9b_16g.log" | head -1); tg128 @ d261888: $(bench_row "$out/bench9b_16g.md")"
+
+  # 6b
+  QRIG_BENCH_KV_OUT=$out/bench_kv_attention.md "$tests" "[bench][kv]" >"$out/bench_kv_attention.log" 2>&1
+  add "attention decode GB/s, 9B k8v3 @ 32K/128K/256K" "$(grep -E '^\| 9B \| decode k8v3' "$out/bench_kv_attention.md" 2>/dev/null | awk -F'|' '{printf "%s %s;", $6, $7}')"
 
   # 7
   if [[ "${QRIG_KV_27B:-1}" != 0 ]]; then
