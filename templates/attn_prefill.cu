@@ -120,6 +120,7 @@ attn_prefill(const float* __restrict__ q, const unsigned char* __restrict__ kc, 
   __shared__ float cbk[16], cbv[16];  // the key and value codebooks (t4/t3)
   qrig_kv_load_codebook(KF, cbk, tid);
   qrig_kv_load_codebook(VF, cbv, tid);
+  __syncthreads();  // the first K tile is expanded before the loop's first barrier
 #else
   const float* cbk = nullptr;
   const float* cbv = nullptr;
