@@ -249,7 +249,7 @@ void check_write(int64_t Hkv, KvPair kv, int64_t T, int64_t pos0, int64_t rows, 
     } else {
       const double frac = values ? (double)differ / (double)values : 0.0;
       report("kv_write", shape + " " + what, "fraction of codes differing (each by <= 1 level)", frac, 1e-4);
-      CHECK(frac <= 1e-4);
+      CHECK((differ <= 1 || frac <= 1e-4));  // one flip is allowed even in a short row set
       CHECK(most <= 1);
       CHECK(bad_scales == 0);
     }
