@@ -104,7 +104,9 @@ Variant kv_write_variant(KvPair kv) {
 
 int64_t attention_prefill_smem(const Variant& v) {
   if (v.kernel != "attn_prefill") throw KernelError(fmt::format("{} is not an attn_prefill variant", v.name));
-  return format_of_param(v.param("v")) == KvFormat::f16 ? kAttentionPrefillSmem : kAttentionPrefillSmemQ;
+  format_of_param(v.param("k"));
+  format_of_param(v.param("v"));
+  return kAttentionPrefillSmem;  // q8/t4/t3 values: an fp32 V tile of half the keys in the f16 tile's bytes
 }
 
 Variant with_kv_formats(const Variant& v, KvPair kv) {

@@ -29,10 +29,9 @@ constexpr int64_t kAttentionMinTilesPerSplit = 8;
 constexpr int64_t kAttentionDecodeRows = 8;     // most rows (G * N) of a decode CTA
 constexpr int64_t kAttentionDecodeKeyStep = 32; // 4 warps x 8 keys
 constexpr int64_t kAttentionDecodeThreads = 128, kAttentionPrefillThreads = 128, kAttentionMergeThreads = 256;
-constexpr int64_t kAttentionPrefillSmem = 65536;  // dynamic shared memory of attn_prefill over f16 values
-constexpr int64_t kAttentionPrefillSmemQ = 70528; // over q8/t4/t3 values (an fp32 V tile)
+constexpr int64_t kAttentionPrefillSmem = 65536;  // dynamic shared memory of attn_prefill (every cache format)
 constexpr int64_t kAttentionMergeRotThreads = 128; // attn_merge_rot: one warp per (token, head)
-// The dynamic shared memory of an attn_prefill variant (its "v" parameter).
+// The dynamic shared memory of an attn_prefill variant (the same for every format; checks the variant's formats).
 int64_t attention_prefill_smem(const Variant& prefill);
 // A format's bits as the variants spell it (16, 8, 4, 3); throws KernelError for f32 (no CUDA kernels).
 int64_t kv_format_param(KvFormat f);

@@ -23,8 +23,9 @@
 // Tiles wholly before the first token's position need no mask; keys at or past pos0+T are never read (zeros).
 // Quantized caches: a warp loads a key's row as stored (lane: the 8 values of columns 8l..8l+7: q8 8 int8 and
 // the block scale, t4/t3 8 codes and the vector's scale) and expands it once per CTA into the fp32 K tile (t4/t3:
-// scale * level, still rotated) or, for q8/t4/t3 values, into an fp32 V tile (32 KiB: P and the row data then
-// move past it, 70528 bytes of dynamic shared memory; P.V in fp32 only). t4/t3 keys: the q rows are rotated
+// scale * level, still rotated) or, for q8/t4/t3 values, into an fp32 V tile of 16 keys at a time (the 16 KiB the
+// f16 tile takes: P.V runs over the tile's two halves with a barrier between, so every format keeps 64 KiB and fits
+// sm_75's 64 KiB per block; P.V in fp32 only). t4/t3 keys: the q rows are rotated
 // once as they are staged (q'.k' = q.k); t4/t3 values: the output is rotated back once per row (here when
 // n_split = 1, else by attn_merge_rot), by the warp's Walsh-Hadamard transform.
 //
@@ -34,7 +35,7 @@
 // [n_split][T][Hq] and attn_merge combines them. Blocks are numbered from the last (longest) query block so
 // the longest CTAs start first.
 // Variant: attn_prefill_d<D>_g<G>_h<HALF>_k<KF>_v<VF>_t128. Grid: (ceil(T/BQ) * n_split, Hkv). Dynamic smem:
-// 65536 (f16 values) or 70528. Arguments: q [T][Hq*D] f32, kc, vc (cache rows, k_row / v_row bytes apart), k_row,
+// 65536. Arguments: q [T][Hq*D] f32, kc, vc (cache rows, k_row / v_row bytes apart), k_row,
 // v_row, T, pos0, Hq, qscale (scale * log2 e), gate, gate_row, gate_head, out [T][Hq*D], ws_o, ws_ml, n_split,
 // layer (the rotation's).
 #include "qrig_kv.cuh"
@@ -59,13 +60,15 @@ constexpr int KF = QRIG_KF, VF = QRIG_VF;
 constexpr bool KROT = QRIG_KV_ROTATED(KF), VROT = QRIG_KV_ROTATED(VF), VQ = VF != 16;
 constexpr int Q_BYTES = M * D * 4;
 constexpr int V_OFF = 0;                      // in region B: V tile [BK][D] (f16 as stored, or f32 expanded)
-constexpr int P_OFF = VQ ? BK * D * 4 : BK * D * 2;  // P [BK][PP] (f32, or fp16 pairs when QRIG_HALF)
+constexpr int VK = VQ ? BK / 2 : BK;          // keys of the V tile in shared memory at once (f32: half the tile)
+constexpr int P_OFF = BK * D * 2;             // P [BK][PP] (f32, or fp16 pairs when QRIG_HALF)
 constexpr int A_OFF = P_OFF + BK * PP * 4;    // per-row rescale factor of the tile [M]
 constexpr int ML_OFF = A_OFF + M * 4;         // final m [M], l [M]
 constexpr int B_BYTES = BK * D * 4;           // K tile as f32
-constexpr int SMEM = VQ ? Q_BYTES + ML_OFF + 2 * M * 4 : Q_BYTES + B_BYTES;
-static_assert(VQ || ML_OFF + 2 * M * 4 <= B_BYTES, "attn_prefill: V, P and row data must fit in the K tile's space");
-static_assert(SMEM == (VQ ? 70528 : 65536), "attn_prefill: the launcher passes 64 KiB (f16 values) or 69 KiB");
+constexpr int SMEM = Q_BYTES + B_BYTES;
+static_assert(VK * D * (VQ ? 4 : 2) <= P_OFF, "attn_prefill: the V tile must end where P begins");
+static_assert(ML_OFF + 2 * M * 4 <= B_BYTES, "attn_prefill: V, P and row data must fit in the K tile's space");
+static_assert(SMEM == 65536, "attn_prefill: the launcher passes 64 KiB");
 }  // namespace
 
 // One K or V tile of 32 keys: warp w loads keys w, w+4, ... (a row's head vector per warp load, lane = the 8
@@ -84,6 +87,21 @@ __device__ __forceinline__ void load_tile(const unsigned char* __restrict__ cach
 // (168; 2 CTAs with 188 registers and a deeper-unrolled S loop measured 27.6 vs 29.2 TFLOP/s on the H200).
 // Where fewer fit (A100: 2; sm_70/75/86/89: 1) the bound asks for those only: under NVRTC 11.8 the sm_70
 // code spilled 16 bytes at the 168-register cap that three CTAs would need.
+// One key's 8 values of this lane (q8/t4/t3), expanded to fp32 into slot `slot` of the V tile.
+template <int F>
+__device__ __forceinline__ void store_v4_impl(float4* V4, int slot, const QrigKv8& r, const float* cb, int lane) {
+  float f[8];
+  qrig_kv_values8<F>(r, cb, f);
+  float4 a, b;
+  a.x = f[0]; a.y = f[1]; a.z = f[2]; a.w = f[3];
+  b.x = f[4]; b.y = f[5]; b.z = f[6]; b.w = f[7];
+  V4[slot * D4 + 2 * lane] = a;
+  V4[slot * D4 + 2 * lane + 1] = b;
+}
+__device__ __forceinline__ void store_v4(float4* V4, int slot, const QrigKv8& r, const float* cb, int lane) {
+  store_v4_impl<VF>(V4, slot, r, cb, lane);
+}
+
 // f16 keys with q8/t4/t3 values (a --kv choice only: keys are kept at least as precise as values) hold the widest
 // K registers and the V expansion at once: they spilled under the 3-CTA cap on sm_90 and ask for 2 CTAs.
 #define QRIG_PREFILL_CTAS (QRIG_KF == 16 && QRIG_VF != 16 ? 2 : 3)
@@ -97,7 +115,7 @@ attn_prefill(const float* __restrict__ q, const unsigned char* __restrict__ kc, 
   unsigned char* B = smem + Q_BYTES;
   float4* K4 = reinterpret_cast<float4*>(B);                   // [BK][D4], chunk c of key j at c ^ (j & 7)
   uint4* V8 = reinterpret_cast<uint4*>(B + V_OFF);             // [BK][D8] (f16 values)
-  float4* V4 = reinterpret_cast<float4*>(B + V_OFF);           // [BK][D4] (q8/t4/t3 values, expanded)
+  float4* V4 = reinterpret_cast<float4*>(B + V_OFF);           // [BK/2][D4] (q8/t4/t3 values, expanded)
   float* Ps = reinterpret_cast<float*>(B + P_OFF);
   float* As = reinterpret_cast<float*>(B + A_OFF);
   float* Ms = reinterpret_cast<float*>(B + ML_OFF);
@@ -274,15 +292,9 @@ attn_prefill(const float* __restrict__ q, const unsigned char* __restrict__ kc, 
       if (kg == 0) As[rg + 16 * i] = alpha[i];
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < (VQ ? 4 : 8); ++i) {  // q8/t4/t3: the first 16 keys (i < 4 holds keys 4i + w < 16)
       if (VQ) {
-        float f[8];
-        qrig_kv_values8<VF>(vr[i], cbv, f);
-        float4 a, b;
-        a.x = f[0]; a.y = f[1]; a.z = f[2]; a.w = f[3];
-        b.x = f[4]; b.y = f[5]; b.z = f[6]; b.w = f[7];
-        V4[(i * 4 + w) * D4 + 2 * lane] = a;
-        V4[(i * 4 + w) * D4 + 2 * lane + 1] = b;
+        store_v4(V4, i * 4 + w, vr[i], cbv, lane);
       } else {
         V8[(i * 4 + w) * D8 + lane] = vr[i].w;
       }
@@ -329,11 +341,20 @@ attn_prefill(const float* __restrict__ q, const unsigned char* __restrict__ kc, 
     for (int rr = 0; rr < 8; ++rr)
 #pragma unroll
       for (int cc = 0; cc < 8; ++cc) o[rr][cc] *= a[rr];
+#pragma unroll
+    for (int hv = 0; hv < BK / VK; ++hv) {
+    if (VQ && hv == 1) {  // the second 16 keys into the same 16 KiB once every warp is done with the first
+      __syncthreads();
+#pragma unroll
+      for (int i = 4; i < 8; ++i) store_v4(V4, (i - 4) * 4 + w, vr[i], cbv, lane);
+      __syncthreads();
+    }
 #pragma unroll 4
-    for (int j = 0; j < BK; ++j) {
+    for (int jv = 0; jv < VK; ++jv) {
+      const int j = hv * VK + jv;  // the key of the tile
       float v[8];
       if (VQ) {
-        const float4 va = V4[j * D4 + 2 * lane], vb = V4[j * D4 + 2 * lane + 1];
+        const float4 va = V4[jv * D4 + 2 * lane], vb = V4[jv * D4 + 2 * lane + 1];
         v[0] = va.x; v[1] = va.y; v[2] = va.z; v[3] = va.w;
         v[4] = vb.x; v[5] = vb.y; v[6] = vb.z; v[7] = vb.w;
       } else {
@@ -346,6 +367,7 @@ attn_prefill(const float* __restrict__ q, const unsigned char* __restrict__ kc, 
       for (int rr = 0; rr < 8; ++rr)
 #pragma unroll
         for (int cc = 0; cc < 8; ++cc) o[rr][cc] = fmaf(p[rr], v[cc], o[rr][cc]);
+    }
     }
 #endif
     __syncthreads();  // before the next K tile overwrites V and P

@@ -83,8 +83,10 @@ TEST_CASE("quantized-cache variant names spell both formats; the KV-format pass'
   const Variant other = make_variant("argmax_f32", {{"t", 1024}});
   CHECK(with_kv_formats(other, pair("k3v3")) == other);
 
+  // Every format fits the 64 KiB sm_75 gives a block (the fp32 V tile holds half the keys at a time).
   CHECK(attention_prefill_smem(attn_prefill_variant(4, 0, pair("k3v16"))) == kAttentionPrefillSmem);
-  CHECK(attention_prefill_smem(attn_prefill_variant(4, 0, pair("k16v3"))) == kAttentionPrefillSmemQ);
+  CHECK(attention_prefill_smem(attn_prefill_variant(4, 0, pair("k16v3"))) == kAttentionPrefillSmem);
+  CHECK(kAttentionPrefillSmem == 65536);
   // A format outside 16/8/4/3 is not a cache format even where the parameter range allows it.
   CHECK_THROWS_AS(attention_prefill_smem(make_variant(
                       "attn_prefill", {{"d", 256}, {"g", 4}, {"h", 0}, {"k", 16}, {"v", 5}, {"t", 128}})),
