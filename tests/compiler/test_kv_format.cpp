@@ -177,6 +177,15 @@ TEST_CASE("kv formats: 9B at 262144 tokens fits one 16 GiB CMP card with 3-bit v
   CHECK(kernels::parse_kv_format(g.v_dtype) != kernels::KvFormat::f16);
   CHECK(fit(g, kv_of(g)).context >= 262144);
   CHECK(kv_of(g) == "k8v8");  // the most precise candidate that fits (k8v3 would too)
+  // The kernel pass named k16v16's kernels (the first candidate) before the memory pass settled k8v8: renamed.
+  for (const auto& op : g.graph.ops)
+    if (op.kind == ir::OpKind::attention || op.kind == ir::OpKind::kv_write) {
+      CHECK(op.s("kernel").find("k16_v16") == std::string::npos);
+      CHECK(op.s("kernel").find("kv_write_f16") == std::string::npos);
+      CHECK(op.s("kernel").find(op.kind == ir::OpKind::attention ? "_k8_v8_t128+attn_merge_d256_t256" : "kv_write_k8_v8_t128") !=
+            std::string::npos);
+    }
+  for (const auto& kc : g.kernels) CHECK(kc.variants.find("k16_v16") == std::string::npos);
   CHECK(g.memory.devices[0].total <= g.memory.devices[0].budget);
   co.kv = "k8v3";  // the issue's plan: 3-bit values
   const ir::Plan g3 = presets::compile_preset("9b", "cmp-100-210-x4", co);
