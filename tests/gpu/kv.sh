@@ -109,7 +109,7 @@ if [[ "${1:-}" != quick ]]; then
       --json "$out/bench9b_${kv}_pp.json" >"$out/bench9b_${kv}_pp.md" 2>&1
     add "bench 9B $kv pp4096 @ d32K" "$(bench_row "$out/bench9b_${kv}_pp.md")"
   done
-  sed -E 's/^memory_gib *=.*/memory_gib = 16.0/' "$out/rig.toml" >"$out/rig16.toml"
+  sed -E 's/^([[:space:]]*)memory_gib[[:space:]]*=.*/\1memory_gib = 16.0/' "$out/rig.toml" >"$out/rig16.toml"
   "$qrig" compile "$models/9b.gguf" --rig "$out/rig16.toml" --ctx 262144 --parallel 1 -o "$out/plan9b_16g" \
     >"$out/compile9b_16g.log" 2>&1
   rc=$?
