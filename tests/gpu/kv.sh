@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The quantized KV cache on a GPU machine (issue 19, "GPU run: quantized KV cache and 256K contexts"), with the
 # gpu-bundle built here (ninja -C build qrig_tests_gpu: the test binary and qrig). Usage:
-#   tests/gpu/kv.sh [quick]        quick: steps 1-5 only (no synth models, no benchmarks)
+#   tests/gpu/kv.sh [STEPS]        STEPS: a comma list of the steps below (default all: 1,1l,2,3,4,5,6,7; "quick"
+#                                  is 1,1l,2,3,4,5). A device call runs at most 10 minutes: run e.g. "1", "1l,2",
+#                                  "3,4,5", "6", "7" as separate calls on one warm machine (the kernel cache under
+#                                  /tmp, the models and $OUT's reports are kept between them when $OUT is).
 # Steps, logs under $OUT (default ./gpu-out):
-#   1. qrig_tests_gpu "[kv]~[long262k]~[bench]": kv_write, decode and prefill attention over every format vs the CPU
-#      reference ops at 9B/27B shapes, 1.6K..256K keys (gpu_kv_tests.log, kv_report.md: error per case).
+#   1. qrig_tests_gpu "[kv]~[long]~[long262k]~[bench]": kv_write, decode and prefill attention over every format vs
+#      the CPU reference ops at 9B/27B shapes to 1.6K keys (gpu_kv_tests.log, kv_report.md: error per case).
+#   1l. "[kv][long]": decode over 32K, 128K and 256K quantized keys, prefill at 32K (gpu_kv_tests_long.log).
 #   2. compute-sanitizer memcheck (and racecheck) of "[kv][short]" when installed.
 #   3. qrig probe -> rig.toml; qrig verify of fixtures/tiny.gguf vs tiny-ref.gguf at every format on the GPU and
 #      on the CPU backend (the GPU's numbers should be the CPU's for that format: same formats, same rotation),
@@ -40,7 +44,10 @@ models=${QRIG_MODEL_DIR:-/tmp/qrig-models}
 reps=${QRIG_BENCH_REPS:-2}
 mkdir -p "$out" "$models"
 export QRIG_GPU_REPORT=$out/kv_report.md
-printf '| op | shape | measure | value | threshold | |\n|---|---|---|---|---|---|\n' >"$QRIG_GPU_REPORT"
+[[ -s "$QRIG_GPU_REPORT" ]] || printf '| op | shape | measure | value | threshold | |\n|---|---|---|---|---|---|\n' >"$QRIG_GPU_REPORT"
+steps=${1:-1,1l,2,3,4,5,6,7}
+[[ "$steps" == quick ]] && steps=1,1l,2,3,4,5
+want() { [[ ",$steps," == *",$1,"* ]]; }
 status=0
 summary=()
 add() { summary+=("| $1 | $2 |"); }
@@ -48,14 +55,23 @@ catch2_line() { grep -E "All tests passed|test cases:" "$1" | tail -1 | sed 's/^
 sanitizer=$(command -v compute-sanitizer || true)
 [[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
 
-# 1
-"$tests" "[kv]~[long262k]~[bench]" >"$out/gpu_kv_tests.log" 2>&1
+if want 1; then
+"$tests" "[kv]~[long]~[long262k]~[bench]" >"$out/gpu_kv_tests.log" 2>&1
 rc=$?
 [[ $rc -ne 0 ]] && status=1
-add "gpu tests [kv] (write, decode, prefill vs CPU reference)" "$( [[ $rc == 0 ]] && echo ok || echo FAIL): $(catch2_line "$out/gpu_kv_tests.log")"
+add "gpu tests [kv] (write, decode, prefill vs CPU reference, to 1.6K keys)" "$( [[ $rc == 0 ]] && echo ok || echo FAIL): $(catch2_line "$out/gpu_kv_tests.log")"
+fi
+if want 1l; then
+"$tests" "[kv][long]" >"$out/gpu_kv_tests_long.log" 2>&1
+rc=$?
+[[ $rc -ne 0 ]] && status=1
+add "gpu tests [kv][long] (decode over 32K/128K/256K keys, prefill at 32K)" "$( [[ $rc == 0 ]] && echo ok || echo FAIL): $(catch2_line "$out/gpu_kv_tests_long.log")"
+fi
 
 # 2
-if [[ -n "$sanitizer" ]]; then
+if ! want 2; then
+  :
+elif [[ -n "$sanitizer" ]]; then
   for tool in memcheck racecheck; do
     "$sanitizer" --tool $tool --error-exitcode 3 "$tests" "[kv][short]" >"$out/${tool}_kv.log" 2>&1
     rc=$?
@@ -66,9 +82,9 @@ else
   add "compute-sanitizer" "not installed"
 fi
 
-# 3
-"$qrig" probe -o "$out/rig.toml" >"$out/probe.log" 2>&1 || { add probe FAIL; status=1; }
-for kv in k16v16 k8v8 k8v4 k8v3 k4v4 k4v3 k3v3; do
+# 3 (every later step needs the probed rig.toml)
+[[ -f "$out/rig.toml" ]] || "$qrig" probe -o "$out/rig.toml" >"$out/probe.log" 2>&1 || { add probe FAIL; status=1; }
+want 3 && for kv in k16v16 k8v8 k8v4 k8v3 k4v4 k4v3 k3v3; do
   for split in "" 17; do
     tag="${kv}${split:+_split$split}"
     "$qrig" verify "$shared/fixtures/tiny.gguf" "$shared/fixtures/tiny-ref.gguf" --rig "$out/rig.toml" --kv $kv \
@@ -82,13 +98,15 @@ for kv in k16v16 k8v8 k8v4 k8v3 k4v4 k4v3 k3v3; do
 done
 
 # 4
+if want 4; then
 "$tests" "[long262k]" >"$out/gpu_kv_long.log" 2>&1
 rc=$?
 [[ $rc -ne 0 ]] && status=1
 add "262144-token context (tiny, k8v3/k3v3 vs k16v16)" "$( [[ $rc == 0 ]] && echo ok || echo FAIL): $(catch2_line "$out/gpu_kv_long.log"); $(grep -E '^\| 262144' "$out/gpu_kv_long.log" | awk -F'|' '{printf "%s %s %s;", $3, $4, $5}')"
+fi
 
 # 5
-if [[ -n "$sanitizer" ]]; then
+if want 5 && [[ -n "$sanitizer" ]]; then
   "$sanitizer" --tool memcheck --error-exitcode 3 "$qrig" verify "$shared/fixtures/tiny.gguf" \
     "$shared/fixtures/tiny-ref.gguf" --rig "$out/rig.toml" --kv k8v3 --split 17 >"$out/memcheck_verify_k8v3.log" 2>&1
   rc=$?
@@ -98,8 +116,7 @@ fi
 
 bench_row() { grep -E '^\| [^|]+ \| [0-9.]+ GiB' "$1" | awk -F'|' '{printf "%s %s;", $6, $7}'; }
 
-if [[ "${1:-}" != quick ]]; then
-  # 6
+if want 6; then
   [[ -f "$models/9b.gguf" ]] || "$qrig" synth --preset 9b -o "$models/9b.gguf" >"$out/synth9b.log" 2>&1
   for kv in k16v16 k8v8 k8v3 k3v3; do
     "$qrig" bench "$models/9b.gguf" --rig "$out/rig.toml" --kv $kv -n 128 -d 0,32768,131072,262144 -r "$reps" \
@@ -122,7 +139,8 @@ if [[ "${1:-}" != quick ]]; then
   QRIG_BENCH_KV_OUT=$out/bench_kv_attention.md "$tests" "[bench][kv]" >"$out/bench_kv_attention.log" 2>&1
   add "attention decode GB/s, 9B k8v3 @ 32K/128K/256K" "$(grep -E '^\| 9B \| decode k8v3' "$out/bench_kv_attention.md" 2>/dev/null | awk -F'|' '{printf "%s %s;", $6, $7}')"
 
-  # 7
+fi
+if want 7; then
   if [[ "${QRIG_KV_27B:-1}" != 0 ]]; then
     [[ -f "$models/27b.gguf" ]] || "$qrig" synth --preset 27b -o "$models/27b.gguf" >"$out/synth27b.log" 2>&1
     for kv in k16v16 k8v3; do
