@@ -149,11 +149,11 @@ double stddev(const std::vector<double>& v) {
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model", "--gpu-memory-utilization",
-          "--simulate-link-gbps"},
+          "--simulate-link-gbps", "--kv"},
          {"--no-cuda-graphs"}, {{"-m", "--model"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
-                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--no-cuda-graphs] [--simulate-link-gbps F]");
+                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--kv k8v3] [--no-cuda-graphs] [--simulate-link-gbps F]");
   const auto pps = a.get_int_list("-p", {512});
   const auto tgs = a.get_int_list("-n", {128});
   const auto depths = a.get_int_list("-d", {0});
@@ -171,6 +171,7 @@ int cmd_bench(int argc, char** argv) {
   lo.context_length = a.get_int("--ctx", need);
   lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);
   lo.model_override = a.get("--model");
+  lo.kv = a.get("--kv");  // key/value cache formats when compiling a .gguf (docs/kv-cache.md)
   const std::string path = a.positional()[0];
   ir::Plan plan = load_or_compile_plan(path, lo);
   if (plan.context_length < need)

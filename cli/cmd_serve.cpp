@@ -57,6 +57,7 @@ const Option kOptions[] = {
     {"--shutdown-timeout", "QRIG_SHUTDOWN_TIMEOUT", "8", "seconds requests in flight get to finish on SIGTERM (Docker kills at 10)"},
     {"--rig", "QRIG_RIG", "", "rig description for compiling a .gguf (default: this machine's CPU)"},
     {"--backend", "QRIG_BACKEND", "", "force a backend when compiling a .gguf: cpu | cuda"},
+    {"--kv", "QRIG_KV", "", "key/value cache formats when compiling a .gguf: k16v16, k8v8, k8v3, k3v3, ... (default: the most precise pair that fits)"},
     {"--gpu-memory-utilization", "QRIG_GPU_MEMORY_UTILIZATION", "0.92",
      "fraction of each GPU's memory a compiled plan may use (.gguf only; the runtime needs ~0.6 GiB beyond the plan)"},
     {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
@@ -192,7 +193,7 @@ int cmd_serve(int argc, char** argv) {
   if (!model_override.empty() && !plan_dir)
     throw UsageError(fmt::format("give the model once: {} and --model {}", model_path, model_override));
   if (plan_dir)
-    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization"})
+    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization", "--kv"})
       if (set.given(set.find(f)) || (std::string(f) == "--backend" && !backend.empty()))
         throw UsageError(fmt::format("{} applies when compiling a .gguf; the plan {} fixes it (recompile with qrig compile)",
                                      f, model_path));
@@ -258,6 +259,7 @@ int cmd_serve(int argc, char** argv) {
     lo.context_length = ctx_tokens;
     lo.gpu_memory_utilization = gpu_fraction;
     lo.model_override = model_override;
+    lo.kv = set.str("--kv");
     if (builtin) {
       model_path = builtin_model_path();
       if (!set.given(set.find("--ctx"))) lo.context_length = 8192;

@@ -39,7 +39,7 @@ const Usage kUsages[] = {
      "  --gpus N                      use at most N of the rig's GPUs\n"
      "  --gpu-memory-utilization F    fraction of each GPU's memory the plan may use [0.92]\n"
      "  --kv k8v3                     key and value cache formats k<bits>v<bits>, bits 16 (f16), 8 (q8), 4 (t4),\n"
-     "                                3 (t3), 32 (f32) [the most precise pair that fits; CUDA: k16v16 only so far]\n"
+     "                                3 (t3), 32 (f32) [the most precise pair that fits; CUDA: f16, q8, t4, t3 alike]\n"
      "  --precise | --precise-rows N  two-plane int8 activations in every GPU matmul / in matmuls of at most N rows [4]\n"
      "  --emulate-dp4a                a CPU plan computing the GPU family's numerics\n"
      "  --no-cuda-graphs              decode kernel by kernel\n"
@@ -83,7 +83,7 @@ const Usage kUsages[] = {
      "llama-bench's tests: ppN prefills N random tokens, tgN decodes N tokens; a markdown table of t/s.\n"
      "  -p 512,4096   prompt lengths      -n 128   generation lengths      -d 0,32768   depths      -r 3   repetitions\n"
      "  --json FILE   every sample as JSON\n"
-     "  --rig RIG.toml, --backend cpu|cuda, --ctx N, --gpu-memory-utilization F   compiling a .gguf\n"
+     "  --rig RIG.toml, --backend cpu|cuda, --ctx N, --gpu-memory-utilization F, --kv k8v3   compiling a .gguf\n"
      "  --model PATH  a plan directory's model file at a new place\n"
      "  --seed N, --no-cuda-graphs\n"},
     {"probe",

@@ -27,18 +27,25 @@ int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
 std::vector<TemplateInfo> attention_templates() {
   const TemplateParam d = {"d", "QRIG_D", kAttentionHeadDim, kAttentionHeadDim, kAttentionHeadDim, "head dim"};
+  // Cache formats by their bits (16 f16, 8 q8, 4 t4, 3 t3: kernels/kv_format.h); the templates assert the set.
+  const TemplateParam kf = {"k", "QRIG_KF", 3, 16, 1, "key cache format: 16 f16, 8 q8, 4 t4, 3 t3"};
+  const TemplateParam vf = {"v", "QRIG_VF", 3, 16, 1, "value cache format: 16 f16, 8 q8, 4 t4, 3 t3"};
   return {
       {"attn_decode", "attn_decode.cu",
        {d, {"g", "QRIG_G", 1, 8, 1, "query heads per KV head"},
-        {"n", "QRIG_N", 1, 8, 1, "most query tokens (g * n <= 8)"}, threads_param()},
+        {"n", "QRIG_N", 1, 8, 1, "most query tokens (g * n <= 8)"}, kf, vf, threads_param()},
        "gated GQA attention of T <= n tokens, split over the keys (flash-decoding), fp32; grid (splits, KV heads)"},
       {"attn_prefill", "attn_prefill.cu",
        {d, {"g", "QRIG_G", 1, 32, 1, "query heads per KV head"},
-        {"h", "QRIG_HALF", 0, 1, 1, "P.V products: 0 fp32 FFMA, 1 HFMA2 summed in fp32 per 32-key tile"},
-        threads_param()},
+        {"h", "QRIG_HALF", 0, 1, 1, "P.V products: 0 fp32 FFMA, 1 HFMA2 summed in fp32 per 32-key tile (f16 values)"},
+        kf, vf, threads_param()},
        "gated GQA attention of a block of 32/g query tokens x g heads per CTA, 32-key tiles, Q.K in fp32"},
       {"attn_merge", "attn_merge.cu", {d, threads_param()},
        "log-sum-exp merge of split-KV attention partials, times sigmoid(gate); one CTA per (token, head, 64 columns)"},
+      {"attn_merge_rot", "attn_merge_rot.cu", {d, threads_param()},
+       "attn_merge for t4/t3 values: the merged output rotated back once, times sigmoid(gate); a warp per (token, head)"},
+      {"kv_write", "kv_write.cu", {kf, vf, threads_param()},
+       "append keys and values to caches of any format (f16/q8/t4/t3 each): a warp per (token, KV head) vector"},
   };
 }
 
@@ -56,15 +63,58 @@ int64_t attention_group(const AttentionDims& d) {
 
 int64_t attention_decode_max_tokens(int64_t g) { return std::max<int64_t>(1, kAttentionDecodeRows / g); }
 
-Variant attn_decode_variant(int64_t g, int64_t n) {
-  return make_variant("attn_decode", {{"d", kAttentionHeadDim}, {"g", g}, {"n", n}, {"t", kAttentionDecodeThreads}});
+int64_t kv_format_param(KvFormat f) {
+  if (f == KvFormat::f32) throw KernelError("kv cache: f32 caches are the CPU reference's (no CUDA kernels)");
+  return kv_format_bits(f);
 }
-Variant attn_prefill_variant(int64_t g, int64_t half) {
-  return make_variant("attn_prefill",
-                      {{"d", kAttentionHeadDim}, {"g", g}, {"h", half}, {"t", kAttentionPrefillThreads}});
+
+namespace {
+KvFormat format_of_param(int64_t bits) {
+  switch (bits) {
+    case 16: return KvFormat::f16;
+    case 8: return KvFormat::q8;
+    case 4: return KvFormat::t4;
+    case 3: return KvFormat::t3;
+  }
+  throw KernelError(fmt::format("kv cache: no format of {} bits (16, 8, 4 or 3)", bits));
+}
+}  // namespace
+
+Variant attn_decode_variant(int64_t g, int64_t n, KvPair kv) {
+  return make_variant("attn_decode", {{"d", kAttentionHeadDim}, {"g", g}, {"n", n}, {"k", kv_format_param(kv.k)},
+                                      {"v", kv_format_param(kv.v)}, {"t", kAttentionDecodeThreads}});
+}
+Variant attn_prefill_variant(int64_t g, int64_t half, KvPair kv) {
+  if (half && kv.v != KvFormat::f16) throw KernelError("attention: HFMA2 P.V (h1) reads fp16 values only");
+  return make_variant("attn_prefill", {{"d", kAttentionHeadDim}, {"g", g}, {"h", half}, {"k", kv_format_param(kv.k)},
+                                       {"v", kv_format_param(kv.v)}, {"t", kAttentionPrefillThreads}});
 }
 Variant attn_merge_variant() {
   return make_variant("attn_merge", {{"d", kAttentionHeadDim}, {"t", kAttentionMergeThreads}});
+}
+Variant attn_merge_rot_variant() {
+  return make_variant("attn_merge_rot", {{"d", kAttentionHeadDim}, {"t", kAttentionMergeRotThreads}});
+}
+Variant attn_merge_for(KvFormat v) { return kv_format_rotated(v) ? attn_merge_rot_variant() : attn_merge_variant(); }
+
+Variant kv_write_variant(KvPair kv) {
+  if (kv.k == KvFormat::f16 && kv.v == KvFormat::f16) return make_variant("kv_write_f16", {{"t", 256}});
+  return make_variant("kv_write", {{"k", kv_format_param(kv.k)}, {"v", kv_format_param(kv.v)}, {"t", 128}});
+}
+
+int64_t attention_prefill_smem(const Variant& v) {
+  if (v.kernel != "attn_prefill") throw KernelError(fmt::format("{} is not an attn_prefill variant", v.name));
+  format_of_param(v.param("k"));
+  format_of_param(v.param("v"));
+  return kAttentionPrefillSmem;  // q8/t4/t3 values: an fp32 V tile of half the keys in the f16 tile's bytes
+}
+
+Variant with_kv_formats(const Variant& v, KvPair kv) {
+  if (v.kernel == "attn_decode") return attn_decode_variant(v.param("g"), v.param("n"), kv);
+  if (v.kernel == "attn_prefill") return attn_prefill_variant(v.param("g"), v.param("h"), kv);
+  if (v.kernel == "attn_merge" || v.kernel == "attn_merge_rot") return attn_merge_for(kv.v);
+  if (v.kernel == "kv_write" || v.kernel == "kv_write_f16") return kv_write_variant(kv);
+  return v;
 }
 
 AttentionSplit attention_split(const AttentionDims& d, const AttentionCtas& c, int64_t T, int64_t kv_len,
@@ -118,13 +168,13 @@ int64_t attention_workspace_bytes(const AttentionDims& d, const AttentionCtas& c
 }
 
 AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_t max_tokens, int sms,
-                                 const Tuning& t) {
+                                 const Tuning& t, KvPair kv) {
   const int64_t g = attention_group(d);
   if (context <= 0 || context > INT_MAX / 2 || sms <= 0 || max_tokens < 1)
     throw KernelError(fmt::format("attention: context {} on {} SMs, {} tokens", context, sms, max_tokens));
   const int64_t nmax = attention_decode_max_tokens(g);
-  const Variant d1 = attn_decode_variant(g, 1), dn = attn_decode_variant(g, nmax);
-  const Variant pre = attn_prefill_variant(g, kPrefillHalf), merge = attn_merge_variant();
+  const Variant d1 = attn_decode_variant(g, 1, kv), dn = attn_decode_variant(g, nmax, kv);
+  const Variant pre = attn_prefill_variant(g, kPrefillHalf, kv), merge = attn_merge_for(kv.v);
   auto resident = [&](const Variant& v, bool decode) {
     const std::string key = decode ? fmt::format("decode_g{}_n{}", g, v.param("n"))
                                    : fmt::format("prefill_g{}_h{}", g, v.param("h"));
@@ -150,11 +200,11 @@ AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_
   return c;
 }
 
-std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms) {
+std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms, KvPair kv) {
   std::vector<Variant> out;  // the kernels in range order, then the merge
-  for (const auto& r : choose_attention(d, context, 512, sms, default_tuning(90)).ranges)
+  for (const auto& r : choose_attention(d, context, 512, sms, default_tuning(90), kv).ranges)
     if (std::find(out.begin(), out.end(), r.parts[0][0]) == out.end()) out.push_back(r.parts[0][0]);
-  out.push_back(attn_merge_variant());
+  out.push_back(attn_merge_for(kv.v));
   return out;
 }
 

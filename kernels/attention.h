@@ -1,7 +1,8 @@
-// Gated GQA attention kernels over the f16 KV cache (CPU reference cpu::attention_gated): attn_decode (T <=
-// N tokens per sequence, split over the keys, memory bound), attn_prefill (blocks of query tokens, FFMA for
-// Q.K, FFMA or HFMA2 for P.V, compute bound) and attn_merge (log-sum-exp of the split partials + the output
-// gate). Head dim 256 only. The choice (decode or prefill per tokens-per-sequence range, and how many CTAs a
+// Gated GQA attention kernels over the KV cache, keys and values each in f16, q8, t4 or t3 (kernels/kv_format.h;
+// CPU reference cpu::attention_gated_kv): attn_decode (T <= N tokens per sequence, split over the keys, memory
+// bound), attn_prefill (blocks of query tokens, FFMA for Q.K, FFMA or HFMA2 for P.V, compute bound), attn_merge
+// (log-sum-exp of the split partials + the output gate) and attn_merge_rot (the same for t4/t3 values, rotating
+// the output back). Variants name both cache formats by their bits (k8_v3). Head dim 256 only. The choice (decode or prefill per tokens-per-sequence range, and how many CTAs a
 // launch aims at, from the SMs and the kernels' residency in the tuning data) is made once per plan; the split
 // of one call over the key range follows from those numbers and the call's key count (attention_split, used by
 // the runtime per call and by the memory pass for the workspace bound).
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kernels/choice.h"
+#include "kernels/kv_format.h"
 #include "kernels/tuning.h"
 #include "kernels/variant.h"
 
@@ -27,16 +29,30 @@ constexpr int64_t kAttentionMinTilesPerSplit = 8;
 constexpr int64_t kAttentionDecodeRows = 8;     // most rows (G * N) of a decode CTA
 constexpr int64_t kAttentionDecodeKeyStep = 32; // 4 warps x 8 keys
 constexpr int64_t kAttentionDecodeThreads = 128, kAttentionPrefillThreads = 128, kAttentionMergeThreads = 256;
-constexpr int64_t kAttentionPrefillSmem = 65536;  // dynamic shared memory of attn_prefill
+constexpr int64_t kAttentionPrefillSmem = 65536;  // dynamic shared memory of attn_prefill (every cache format)
+constexpr int64_t kAttentionMergeRotThreads = 128; // attn_merge_rot: one warp per (token, head)
+// The dynamic shared memory of an attn_prefill variant (the same for every format; checks the variant's formats).
+int64_t attention_prefill_smem(const Variant& prefill);
+// A format's bits as the variants spell it (16, 8, 4, 3); throws KernelError for f32 (no CUDA kernels).
+int64_t kv_format_param(KvFormat f);
 
 // Query heads per KV head; throws KernelError for dims the kernels do not take.
 int64_t attention_group(const AttentionDims& d);
 // The most query tokens (per sequence) the decode kernel takes: 8 / group.
 int64_t attention_decode_max_tokens(int64_t group);
 
-Variant attn_decode_variant(int64_t group, int64_t tokens);
-Variant attn_prefill_variant(int64_t group, int64_t half);
+Variant attn_decode_variant(int64_t group, int64_t tokens, KvPair kv = {});
+Variant attn_prefill_variant(int64_t group, int64_t half, KvPair kv = {});
 Variant attn_merge_variant();
+Variant attn_merge_rot_variant();
+// The merge for these values: attn_merge, or attn_merge_rot for t4/t3.
+Variant attn_merge_for(KvFormat v);
+// kv_write_f16 for k16v16, else kv_write_k<bits>_v<bits>.
+Variant kv_write_variant(KvPair kv);
+// The same kernel for other cache formats: an attn_decode / attn_prefill / merge / kv_write variant with its
+// formats replaced (the KV-format pass settles the formats after the kernel pass named them); any other variant
+// unchanged.
+Variant with_kv_formats(const Variant& v, KvPair kv);
 
 // How many CTAs the launches of one attention op aim at: decode with 1 token, decode with up to N tokens,
 // prefill (the CTAs resident at once).
@@ -65,10 +81,10 @@ struct AttentionChoice {
 // Decode (1 token, then up to N) and prefill, P.V in fp32 (the HFMA2 form measured ~14% faster at 32K on the
 // H200 for ~1000x the error), CTA targets from `sms` and the tuning's residency.
 AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_t max_tokens, int sms,
-                                 const Tuning& t);
+                                 const Tuning& t, KvPair kv = {});
 
 // Every variant choose_attention names for these dims (decode with 1 and N tokens, prefill, merge), for tools and
 // tests.
-std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms);
+std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms, KvPair kv = {});
 
 }  // namespace qrig::kernels

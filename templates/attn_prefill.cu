@@ -1,5 +1,6 @@
-// Causal gated GQA attention for a block of query tokens over the f16 KV cache (prefill, and any T the
-// decode kernel does not take). CPU reference: qrig::cpu::attention_gated with the cache converted to f32.
+// Causal gated GQA attention for a block of query tokens over the KV cache (keys in QRIG_KF, values in QRIG_VF:
+// 16 f16, 8 q8, 4 t4, 3 t3; qrig_kv.cuh) (prefill, and any T the decode kernel does not take). CPU reference:
+// qrig::cpu::attention_gated_kv (attention_gated with the cache converted to f32 for f16).
 //
 // One CTA per (KV head, block of BQ = 32/G query tokens, split of the key range): its 32 "rows" are the
 // (token, query head) pairs of the block for all G query heads of the KV head (row r = token r/G, head r%G;
@@ -20,21 +21,32 @@
 // 29 TFLOP/s): the registers it holds are the ones ptxas needs to pipeline the S loop's fragment loads under
 // the 3-CTA register cap (3 CTAs x 4 warps hide each other's load latency instead).
 // Tiles wholly before the first token's position need no mask; keys at or past pos0+T are never read (zeros).
+// Quantized caches: a warp loads a key's row as stored (lane: the 8 values of columns 8l..8l+7: q8 8 int8 and
+// the block scale, t4/t3 8 codes and the vector's scale) and expands it once per CTA into the fp32 K tile (t4/t3:
+// scale * level, still rotated) or, for q8/t4/t3 values, into an fp32 V tile of 16 keys at a time (the 16 KiB the
+// f16 tile takes: P.V runs over the tile's two halves with a barrier between, so every format keeps 64 KiB and fits
+// sm_75's 64 KiB per block; P.V in fp32 only). t4/t3 keys: the q rows are rotated
+// once as they are staged (q'.k' = q.k); t4/t3 values: the output is rotated back once per row (here when
+// n_split = 1, else by attn_merge_rot), by the warp's Walsh-Hadamard transform.
 //
 // The key range 0..kv_len-1 of a block (kv_len = pos0 + its last token + 1) is cut into n_split parts of
 // whole tiles. n_split = 1: the CTA writes out = (O / l) * sigmoid(gate). Otherwise it writes its partial
 // (unnormalised O, running max m in log2 units, sum l) to ws_o [n_split][T][Hq][D] and ws_ml
 // [n_split][T][Hq] and attn_merge combines them. Blocks are numbered from the last (longest) query block so
 // the longest CTAs start first.
-// Variant: attn_prefill_d<D>_g<G>_h<HALF>_t128. Grid: (ceil(T/BQ) * n_split, Hkv). Dynamic smem: 65536.
-// Arguments: q [T][Hq*D] f32, kc, vc (fp16 bits, row stride kv_row elements), kv_row, T, pos0, Hq, qscale
-// (scale * log2 e), gate, gate_row, gate_head, out [T][Hq*D], ws_o, ws_ml, n_split.
-#include "qrig_attention.cuh"
+// Variant: attn_prefill_d<D>_g<G>_h<HALF>_k<KF>_v<VF>_t128. Grid: (ceil(T/BQ) * n_split, Hkv). Dynamic smem:
+// 65536. Arguments: q [T][Hq*D] f32, kc, vc (cache rows, k_row / v_row bytes apart), k_row,
+// v_row, T, pos0, Hq, qscale (scale * log2 e), gate, gate_row, gate_head, out [T][Hq*D], ws_o, ws_ml, n_split,
+// layer (the rotation's).
+#include "qrig_kv.cuh"
 
 static_assert(QRIG_D == 256, "attn_prefill: head dim 256 (8 columns per lane over 32 lanes)");
 static_assert(QRIG_G >= 1 && QRIG_G <= 32, "attn_prefill: 1..32 query heads per KV head");
 static_assert(QRIG_HALF == 0 || QRIG_HALF == 1, "attn_prefill: h is 0 (fp32 P.V) or 1 (HFMA2 P.V)");
 static_assert(QRIG_THREADS == 128, "attn_prefill: the thread layout is for 4 warps");
+static_assert(QRIG_KF == 16 || QRIG_KF == 8 || QRIG_KF == 4 || QRIG_KF == 3, "attn_prefill: k is 16, 8, 4 or 3");
+static_assert(QRIG_VF == 16 || QRIG_VF == 8 || QRIG_VF == 4 || QRIG_VF == 3, "attn_prefill: v is 16, 8, 4 or 3");
+static_assert(QRIG_VF == 16 || QRIG_HALF == 0, "attn_prefill: HFMA2 P.V (h1) reads fp16 values only");
 
 namespace {
 constexpr int D = QRIG_D, G = QRIG_G, NT = QRIG_THREADS;
@@ -44,25 +56,30 @@ constexpr int BQ = M / G;    // query tokens per CTA
 constexpr int D4 = D / 4;    // float4 per row
 constexpr int D8 = D / 8;    // 16-byte f16 chunks per row
 constexpr int PP = 36;       // pitch (4-byte words) of a key's row of P: conflict-free scattered writes
+constexpr int KF = QRIG_KF, VF = QRIG_VF;
+constexpr bool KROT = QRIG_KV_ROTATED(KF), VROT = QRIG_KV_ROTATED(VF), VQ = VF != 16;
 constexpr int Q_BYTES = M * D * 4;
-constexpr int V_OFF = 0;                      // in region B: f16 V tile [BK][D]
+constexpr int V_OFF = 0;                      // in region B: V tile [BK][D] (f16 as stored, or f32 expanded)
+constexpr int VK = VQ ? BK / 2 : BK;          // keys of the V tile in shared memory at once (f32: half the tile)
 constexpr int P_OFF = BK * D * 2;             // P [BK][PP] (f32, or fp16 pairs when QRIG_HALF)
 constexpr int A_OFF = P_OFF + BK * PP * 4;    // per-row rescale factor of the tile [M]
 constexpr int ML_OFF = A_OFF + M * 4;         // final m [M], l [M]
 constexpr int B_BYTES = BK * D * 4;           // K tile as f32
+constexpr int SMEM = Q_BYTES + B_BYTES;
+static_assert(VK * D * (VQ ? 4 : 2) <= P_OFF, "attn_prefill: the V tile must end where P begins");
 static_assert(ML_OFF + 2 * M * 4 <= B_BYTES, "attn_prefill: V, P and row data must fit in the K tile's space");
-static_assert(Q_BYTES + B_BYTES == 65536, "attn_prefill: the launcher passes 64 KiB");
+static_assert(SMEM == 65536, "attn_prefill: the launcher passes 64 KiB");
 }  // namespace
 
-// One K or V tile of 32 keys x 512 bytes: warp w loads keys w, w+4, ... (a 512-byte row per warp load, lane
-// = 16-byte chunk); keys at or past kv_len are zeros (never read).
-__device__ __forceinline__ void load_tile(const unsigned short* __restrict__ cache, int k0, int kv_len,
-                                          long long kv_row, size_t head_off, int w, int lane, uint4 (&r)[8]) {
+// One K or V tile of 32 keys: warp w loads keys w, w+4, ... (a row's head vector per warp load, lane = the 8
+// values of columns 8l..8l+7); keys at or past kv_len are zeros (never read).
+template <int F>
+__device__ __forceinline__ void load_tile(const unsigned char* __restrict__ cache, int k0, int kv_len,
+                                          long long row_bytes, int kvh, int width, int w, int lane, QrigKv8 (&r)[8]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int kp = k0 + i * 4 + w;
-    r[i] = kp < kv_len ? __ldg(reinterpret_cast<const uint4*>(cache + (size_t)kp * kv_row + head_off) + lane)
-                       : qrig_zero_u4();
+    r[i] = qrig_kv_load8<F>(cache + (size_t)(kp < kv_len ? kp : 0) * (size_t)row_bytes, kvh, width, lane, kp < kv_len);
   }
 }
 
@@ -70,16 +87,35 @@ __device__ __forceinline__ void load_tile(const unsigned short* __restrict__ cac
 // (168; 2 CTAs with 188 registers and a deeper-unrolled S loop measured 27.6 vs 29.2 TFLOP/s on the H200).
 // Where fewer fit (A100: 2; sm_70/75/86/89: 1) the bound asks for those only: under NVRTC 11.8 the sm_70
 // code spilled 16 bytes at the 168-register cap that three CTAs would need.
-extern "C" __global__ void __launch_bounds__(QRIG_THREADS, QRIG_CTAS_FITTING(3, 64))
-attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc, const unsigned short* __restrict__ vc,
-             long long kv_row, int T, int pos0, int Hq, float qscale, const float* __restrict__ gate,
+// One key's 8 values of this lane (q8/t4/t3), expanded to fp32 into slot `slot` of the V tile.
+template <int F>
+__device__ __forceinline__ void store_v4_impl(float4* V4, int slot, const QrigKv8& r, const float* cb, int lane) {
+  float f[8];
+  qrig_kv_values8<F>(r, cb, f);
+  float4 a, b;
+  a.x = f[0]; a.y = f[1]; a.z = f[2]; a.w = f[3];
+  b.x = f[4]; b.y = f[5]; b.z = f[6]; b.w = f[7];
+  V4[slot * D4 + 2 * lane] = a;
+  V4[slot * D4 + 2 * lane + 1] = b;
+}
+__device__ __forceinline__ void store_v4(float4* V4, int slot, const QrigKv8& r, const float* cb, int lane) {
+  store_v4_impl<VF>(V4, slot, r, cb, lane);
+}
+
+// f16 keys with q8/t4/t3 values (a --kv choice only: keys are kept at least as precise as values) hold the widest
+// K registers and the V expansion at once: they spilled under the 3-CTA cap on sm_90 and ask for 2 CTAs.
+#define QRIG_PREFILL_CTAS (QRIG_KF == 16 && QRIG_VF != 16 ? 2 : 3)
+extern "C" __global__ void __launch_bounds__(QRIG_THREADS, QRIG_CTAS_FITTING(QRIG_PREFILL_CTAS, (SMEM + 1023) / 1024))
+attn_prefill(const float* __restrict__ q, const unsigned char* __restrict__ kc, const unsigned char* __restrict__ vc,
+             long long k_row, long long v_row, int T, int pos0, int Hq, float qscale, const float* __restrict__ gate,
              long long gate_row, long long gate_head, float* __restrict__ out, float* __restrict__ ws_o,
-             float2* __restrict__ ws_ml, int n_split) {
+             float2* __restrict__ ws_ml, int n_split, int layer) {
   extern __shared__ __align__(16) unsigned char smem[];
   float4* Q4 = reinterpret_cast<float4*>(smem);                // [M][D4], chunk c of row r at c ^ (r & 7)
   unsigned char* B = smem + Q_BYTES;
   float4* K4 = reinterpret_cast<float4*>(B);                   // [BK][D4], chunk c of key j at c ^ (j & 7)
-  uint4* V8 = reinterpret_cast<uint4*>(B + V_OFF);             // [BK][D8]
+  uint4* V8 = reinterpret_cast<uint4*>(B + V_OFF);             // [BK][D8] (f16 values)
+  float4* V4 = reinterpret_cast<float4*>(B + V_OFF);           // [BK/2][D4] (q8/t4/t3 values, expanded)
   float* Ps = reinterpret_cast<float*>(B + P_OFF);
   float* As = reinterpret_cast<float*>(B + A_OFF);
   float* Ms = reinterpret_cast<float*>(B + ML_OFF);
@@ -97,14 +133,41 @@ attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc,
   const int tps = (n_tiles + n_split - 1) / n_split;
   const int tile_begin = split * tps;
   const int tile_end = min(n_tiles, tile_begin + tps);
-  const size_t head_off = (size_t)kvh * D;
+  const int width = (int)gridDim.y * D;
+#if QRIG_KF != 16 || QRIG_VF != 16
+  __shared__ float cbk[16], cbv[16];  // the key and value codebooks (t4/t3)
+  qrig_kv_load_codebook(KF, cbk, tid);
+  qrig_kv_load_codebook(VF, cbv, tid);
+  __syncthreads();  // the first K tile is expanded before the loop's first barrier
+#else
+  const float* cbk = nullptr;
+  const float* cbv = nullptr;
+#endif
 
   // The first K tile's loads fly while Q is staged.
-  uint4 kr[8], vr[8];
-  if (tile_begin < tile_end) load_tile(kc, tile_begin * BK, kv_len, kv_row, head_off, w, lane, kr);
+  QrigKv8 kr[8], vr[8];
+  if (tile_begin < tile_end) load_tile<KF>(kc, tile_begin * BK, kv_len, k_row, kvh, width, w, lane, kr);
 
-  // Q rows, pre-scaled; idle rows are zero.
-  for (int i = tid; i < M * D4; i += NT) {
+  // Q rows, pre-scaled (t4/t3 keys: and rotated, warp w rows w, w+4, ..); idle rows are zero.
+  if (KROT) {
+    const unsigned sb = qrig_kv_sign_byte(layer, kvh, lane);
+    for (int r = w; r < M; r += NT / 32) {
+      const int tok = r / G;
+      float4 a = qrig_zero4(), b = qrig_zero4();
+      if (tok < nq) {
+        const float4* src = reinterpret_cast<const float4*>(q + ((size_t)(q0 + tok) * Hq + (size_t)kvh * G + r % G) * D);
+        a = src[2 * lane];
+        b = src[2 * lane + 1];
+      }
+      float x[8] = {a.x * qscale, a.y * qscale, a.z * qscale, a.w * qscale,
+                    b.x * qscale, b.y * qscale, b.z * qscale, b.w * qscale};
+      qrig_kv_rotate_warp(x, sb, lane);
+      a.x = x[0]; a.y = x[1]; a.z = x[2]; a.w = x[3];
+      b.x = x[4]; b.y = x[5]; b.z = x[6]; b.w = x[7];
+      Q4[r * D4 + ((2 * lane) ^ (r & 7))] = a;
+      Q4[r * D4 + ((2 * lane + 1) ^ (r & 7))] = b;
+    }
+  } else for (int i = tid; i < M * D4; i += NT) {
     const int r = i / D4, c = i % D4, tok = r / G;
     float4 v = qrig_zero4();
     if (tok < nq) {
@@ -137,14 +200,14 @@ attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc,
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int k0 = tile * BK;
-    if (tile != tile_begin) load_tile(kc, k0, kv_len, kv_row, head_off, w, lane, kr);
+    if (tile != tile_begin) load_tile<KF>(kc, k0, kv_len, k_row, kvh, width, w, lane, kr);
     {  // 1. K tile, converted, stored swizzled. Lanes alternate which half they store first so
        // that each store instruction covers all eight 16-byte bank groups.
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int j = i * 4 + w;
         float f[8];
-        qrig_half8_to_float(kr[i], f);
+        qrig_kv_values8<KF>(kr[i], cbk, f);
         float4 a, b;
         a.x = f[0]; a.y = f[1]; a.z = f[2]; a.w = f[3];
         b.x = f[4]; b.y = f[5]; b.z = f[6]; b.w = f[7];
@@ -213,7 +276,7 @@ attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc,
     }
 
     // 4. P and the V tile to shared memory once every warp is done with K (the V loads fly meanwhile).
-    load_tile(vc, k0, kv_len, kv_row, head_off, w, lane, vr);
+    load_tile<VF>(vc, k0, kv_len, v_row, kvh, width, w, lane, vr);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -229,7 +292,13 @@ attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc,
       if (kg == 0) As[rg + 16 * i] = alpha[i];
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) V8[(i * 4 + w) * D8 + lane] = vr[i];
+    for (int i = 0; i < (VQ ? 4 : 8); ++i) {  // q8/t4/t3: the first 16 keys (i < 4 holds keys 4i + w < 16)
+      if (VQ) {
+        store_v4(V4, i * 4 + w, vr[i], cbv, lane);
+      } else {
+        V8[(i * 4 + w) * D8 + lane] = vr[i].w;
+      }
+    }
     __syncthreads();
 
     // 5. O = O * alpha + P V for rows 8w..8w+7, columns 8*lane..8*lane+7.
@@ -272,10 +341,25 @@ attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc,
     for (int rr = 0; rr < 8; ++rr)
 #pragma unroll
       for (int cc = 0; cc < 8; ++cc) o[rr][cc] *= a[rr];
+#pragma unroll
+    for (int hv = 0; hv < BK / VK; ++hv) {
+    if (VQ && hv == 1) {  // the second 16 keys into the same 16 KiB once every warp is done with the first
+      __syncthreads();
+#pragma unroll
+      for (int i = 4; i < 8; ++i) store_v4(V4, (i - 4) * 4 + w, vr[i], cbv, lane);
+      __syncthreads();
+    }
 #pragma unroll 4
-    for (int j = 0; j < BK; ++j) {
+    for (int jv = 0; jv < VK; ++jv) {
+      const int j = hv * VK + jv;  // the key of the tile
       float v[8];
-      qrig_half8_to_float(V8[j * D8 + lane], v);
+      if (VQ) {
+        const float4 va = V4[jv * D4 + 2 * lane], vb = V4[jv * D4 + 2 * lane + 1];
+        v[0] = va.x; v[1] = va.y; v[2] = va.z; v[3] = va.w;
+        v[4] = vb.x; v[5] = vb.y; v[6] = vb.z; v[7] = vb.w;
+      } else {
+        qrig_half8_to_float(V8[j * D8 + lane], v);
+      }
       const float4 p0 = reinterpret_cast<const float4*>(Ps + j * PP + 8 * w)[0];
       const float4 p1 = reinterpret_cast<const float4*>(Ps + j * PP + 8 * w)[1];
       const float p[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
@@ -283,6 +367,7 @@ attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc,
       for (int rr = 0; rr < 8; ++rr)
 #pragma unroll
         for (int cc = 0; cc < 8; ++cc) o[rr][cc] = fmaf(p[rr], v[cc], o[rr][cc]);
+    }
     }
 #endif
     __syncthreads();  // before the next K tile overwrites V and P
@@ -303,6 +388,22 @@ attn_prefill(const float* __restrict__ q, const unsigned short* __restrict__ kc,
   __syncthreads();
 
   const int col = 8 * lane;
+  if (VROT && n_split == 1) {  // rows 8w..8w+7, whole in the warp: rotated back, then normalised and gated
+    const unsigned sb = qrig_kv_sign_byte(layer, kvh, lane);
+#pragma unroll
+    for (int rr = 0; rr < 8; ++rr) {
+      const int r = 8 * w + rr, tok = r / G;
+      qrig_kv_unrotate_warp(o[rr], sb, lane);
+      if (tok >= nq) continue;
+      const int t = q0 + tok, h = kvh * G + r % G;
+      const float inv = 1.0f / Ls[r];
+      const float* gp = gate + (size_t)t * gate_row + (size_t)h * gate_head + col;
+      float* dst = out + ((size_t)t * Hq + h) * D + col;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dst[e] = o[rr][e] * inv * qrig_sigmoid(gp[e]);
+    }
+    return;
+  }
 #pragma unroll
   for (int rr = 0; rr < 8; ++rr) {
     const int r = 8 * w + rr, tok = r / G;

@@ -69,6 +69,18 @@ struct Table {
   }
 };
 
+// The op's key and value cache formats (the KV-format pass sets them; f16 for a graph without them).
+kernels::KvPair op_kv_pair(const ir::Op& op) {
+  kernels::KvPair kv;
+  if (op.has("k_format")) {
+    const auto k = kernels::parse_kv_format(op.s("k_format")), v = kernels::parse_kv_format(op.s("v_format"));
+    if (!k || !v) throw CompileError(fmt::format("{}: unknown cache formats {}/{}", op.describe(), op.s("k_format"),
+                                                 op.s("v_format")));
+    kv = {*k, *v};
+  }
+  return kv;
+}
+
 }  // namespace
 
 void choose_kernels(CompileContext& cx) {
@@ -214,15 +226,19 @@ void choose_kernels(CompileContext& cx) {
           ranges = {all_rows(rows, kernels::rope_neox_f32_variant(op.i("head_dim"), op.i("rope_dims")),
                              "one block per token, fp64 angles")};
           break;
-        case ir::OpKind::kv_write:
-          ranges = {all_rows(max_t, kernels::kv_write_f16_variant(), "fp16 rows appended at the sequence's positions")};
+        case ir::OpKind::kv_write: {
+          const kernels::KvPair kv = op_kv_pair(op);
+          ranges = {all_rows(max_t, kernels::kv_write_variant(kv),
+                             "rows appended at the sequence's positions in the KV-format pass's formats")};
           break;
+        }
         case ir::OpKind::attention: {
           const kernels::AttentionDims d{op.i("heads"), op.i("kv_heads"), op.i("head_dim")};
           shape = fmt::format("heads {}/{} dim {}", d.Hq, d.Hkv, d.hd);
           // The context is fixed by the memory pass after this one: plan for the most it may allow.
           const int64_t context = std::max(cx.options.context_length, cx.params.context_length);
-          const kernels::AttentionChoice c = kernels::choose_attention(d, context, std::min(max_t, context), sms, tun);
+          const kernels::AttentionChoice c =
+              kernels::choose_attention(d, context, std::min(max_t, context), sms, tun, op_kv_pair(op));
           ranges = c.ranges;
           op.set("split_ctas", std::vector<int64_t>{c.ctas.decode1, c.ctas.decode_n, c.ctas.prefill});
           break;
@@ -248,7 +264,7 @@ void choose_kernels(CompileContext& cx) {
     return std::tie(a.op, a.shape, a.first_rows) < std::tie(b.op, b.shape, b.first_rows);
   });
   p.decode_graphs = cx.options.decode_graphs;
-  p.notes.push_back(fmt::format("kernels: default family (dp4a matmuls, fp32 norms/GDN/attention, fp16 KV) for {} SMs; "
+  p.notes.push_back(fmt::format("kernels: default family (dp4a matmuls, fp32 norms/GDN/attention over the KV-format pass's caches) for {} SMs; "
                                 "{} distinct choices (qrig inspect lists them with their reasons)",
                                 sms, p.kernels.size()));
   p.notes.push_back(p.decode_graphs ? "decode: steps of one token per sequence run as CUDA graphs"

@@ -8,9 +8,15 @@
 //    has tabulated the context each pair allows): the most precise candidate at which the requested context
 //    (without one, the model's trained length) fits; when none does, a requested context is refused naming
 //    what would fit, and without one the most compact candidate is taken (the most context).
-// CUDA plans run fp16 caches only: the GPU kernels for q8/t4/t3 caches are not written yet, so a CUDA plan
-// never gets a quantized format (forcing one is refused by name); its trade table still lists them.
+// CUDA plans choose among the same pairs (f16 is their own cache; f32 has no CUDA kernels and is refused by
+// name). Their kernel pass runs before the memory pass settles the format, so applying a pair also renames the
+// cache kernels the plan names (attn_decode/attn_prefill/merge/kv_write carry the formats in their names).
+#include <map>
+
 #include <fmt/format.h>
+
+#include "ir/kernel_attr.h"
+#include "kernels/attention.h"
 
 #include "compiler/passes/passes.h"
 
@@ -68,7 +74,7 @@ std::vector<KvPair> kv_candidates(const CompileContext& cx) {
   if (auto f = forced(cx)) return {*f};
   std::vector<KvPair> out;
   for (const KvPair& pr : kv_table_pairs(cx))
-    if (cx.plan.backend != "cuda" || (pr.k == KvFormat::f16 && pr.v == KvFormat::f16)) out.push_back(pr);
+    if (cx.plan.backend != "cuda" || (pr.k != KvFormat::f32 && pr.v != KvFormat::f32)) out.push_back(pr);
   return out;
 }
 
@@ -81,11 +87,38 @@ void apply(ir::Plan& p, KvPair pr) {
     if (st.name.rfind("k.", 0) == 0) st.type.dtype = to_dtype(pr.k);
     if (st.name.rfind("v.", 0) == 0) st.type.dtype = to_dtype(pr.v);
   }
+  std::map<std::string, std::string> renamed;  // variant names of the previous formats -> these formats'
+  auto rename = [&](std::vector<ir::LaunchRange> ranges) {
+    for (auto& r : ranges)
+      for (auto& part : r.parts)
+        for (auto& name : part) {
+          const std::string to = kernels::with_kv_formats(kernels::parse_variant(name), pr).name;
+          renamed[name] = to;
+          name = to;
+        }
+    return ir::print_launch_ranges(ranges);
+  };
   for (auto& op : p.graph.ops)
     if (op.kind == ir::OpKind::kv_write || op.kind == ir::OpKind::attention) {
       op.set("k_format", p.k_dtype);
       op.set("v_format", p.v_dtype);
+      if (op.has("kernel")) op.set("kernel", rename(ir::parse_launch_ranges(op.s("kernel"))));
     }
+  for (auto& kc : p.kernels) {  // the kernel table's rows: names between ',' and '+'
+    std::string out, name;
+    for (size_t i = 0; i <= kc.variants.size(); ++i) {
+      const char c = i < kc.variants.size() ? kc.variants[i] : '\0';
+      if (c == ',' || c == '+' || c == '\0') {
+        auto it = renamed.find(name);
+        out += it == renamed.end() ? name : it->second;
+        if (c) out += c;
+        name.clear();
+      } else {
+        name += c;
+      }
+    }
+    kc.variants = out;
+  }
 }
 
 }  // namespace
@@ -118,11 +151,10 @@ void choose_kv_format(CompileContext& cx) {
   if (auto f = forced(cx)) {
     const bool cuda = p.backend == "cuda";
     for (KvFormat x : {f->k, f->v}) {
-      if (cuda && x != KvFormat::f16)
+      if (cuda && x == KvFormat::f32)
         throw CompileError(fmt::format(
-            "--kv {}: CUDA plans keep fp16 key and value caches (k16v16) for now: the CUDA kernels for {} caches are "
-            "not written yet (the CPU backend runs every format: --backend cpu)",
-            cx.options.kv, kernels::kv_format_name(x)));
+            "--kv {}: f32 caches are the CPU reference's; CUDA plans run f16, q8, t4 or t3 caches (e.g. k16v16, "
+            "k8v3; --backend cpu for k32v32)", cx.options.kv));
       if (hd > 0 && !holds(x, hd))
         throw CompileError(fmt::format("--kv {}: a {} cache cannot hold head vectors of {} values (q8: a multiple of "
                                        "32, t4/t3: of 256)", cx.options.kv, kernels::kv_format_name(x), hd));
@@ -132,10 +164,8 @@ void choose_kv_format(CompileContext& cx) {
   apply(p, cands.front());
   std::string list;
   for (const auto& pr : cands) list += (list.empty() ? "" : ", ") + kernels::kv_pair_name(pr);
-  p.notes.push_back(fmt::format("kv cache: {}; candidates {}{}", cx.options.kv.empty() ? "chosen by memory below" : "forced by --kv",
-                                list, p.backend == "cuda" && cx.options.kv.empty()
-                                          ? " (CUDA: fp16 caches only until its quantized-cache kernels exist)"
-                                          : ""));
+  p.notes.push_back(fmt::format("kv cache: {}; candidates {}", cx.options.kv.empty() ? "chosen by memory below" : "forced by --kv",
+                                list));
 }
 
 void settle_kv_format(CompileContext& cx) {
@@ -167,21 +197,13 @@ void settle_kv_format(CompileContext& cx) {
     for (const auto& pr : cands) runs += (runs.empty() ? "" : ", ") + kernels::kv_pair_name(pr);
     throw CompileError(fmt::format(
         "context length {} x {} sequences does not fit with {} (the most tokens per sequence each key/value format "
-        "allows: {}){}", target, p.max_sequences, runs, table,
-        p.backend == "cuda" ? "; CUDA plans run fp16 caches only until the quantized-cache kernels are written" : ""));
+        "allows: {})", target, p.max_sequences, runs, table));
   } else {
     chosen = cands.back();
     why = cands.size() == 1 ? std::string("the only candidate")
                             : fmt::format("no candidate reaches the model's {} tokens: the most compact one", target);
   }
   apply(p, *chosen);
-  if (p.backend == "cuda" && context_of(*chosen) < target)
-    for (const auto& f : fits)
-      if (f.context >= target) {
-        p.notes.push_back(fmt::format("kv cache: {} would fit the model's {} tokens per sequence, but CUDA kernels for "
-                                      "quantized caches are not written yet", f.kv, target));
-        break;
-      }
   p.notes.push_back(fmt::format("kv cache: {}: {}", describe(*chosen), why));
 }
 

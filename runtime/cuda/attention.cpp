@@ -1,7 +1,9 @@
 // Gated GQA attention kernel set (attention.h): loads the plan's kernels per range of tokens and launches them
 // with the split kernels::attention_split gives for the call's key count (partials in the workspace:
-// [n_split][T][Hq][hd] f32 O, then [n_split][T][Hq] (m, l)).
+// [n_split][T][Hq][hd] f32 O, then [n_split][T][Hq] (m, l)); and the KV write.
 #include "runtime/cuda/attention.h"
+
+#include "runtime/cuda/pointwise.h"
 
 #include <algorithm>
 #include <climits>
@@ -17,19 +19,27 @@ constexpr double kLog2e = 1.4426950408889634;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-void require_variant(const LoadedKernel& k, const char* kernel, int64_t g) {
+void require_variant(const LoadedKernel& k, const char* kernel, int64_t g, kernels::KvPair kv) {
+  const bool merge = k.variant.kernel.rfind("attn_merge", 0) == 0;
   if (k.variant.kernel != kernel || k.variant.param("d") != kernels::kAttentionHeadDim ||
-      (k.variant.kernel != std::string("attn_merge") && k.variant.param("g") != g))
-    throw KernelError(fmt::format("attention: the plan names {} for {} with {} heads per KV head", k.variant.name,
-                                  kernel, g));
+      (!merge && (k.variant.param("g") != g || k.variant.param("k") != kernels::kv_format_param(kv.k) ||
+                  k.variant.param("v") != kernels::kv_format_param(kv.v))))
+    throw KernelError(fmt::format("attention: the plan names {} for {} with {} heads per KV head over {} caches",
+                                  k.variant.name, kernel, g, kernels::kv_pair_name(kv)));
 }
 
 }  // namespace
 
 AttentionKernels::AttentionKernels(const KernelLoader& load, const AttentionDims& d, int64_t context,
-                                   const kernels::AttentionCtas& ctas, const std::vector<ir::LaunchRange>& ranges)
-    : d_(d), context_(context), ctas_(ctas) {
+                                   const kernels::AttentionCtas& ctas, const std::vector<ir::LaunchRange>& ranges,
+                                   kernels::KvPair kv, int64_t layer)
+    : d_(d), context_(context), ctas_(ctas), kv_(kv), layer_(layer) {
   group_ = kernels::attention_group(d);
+  if (layer < 0 || layer > 1000000) throw KernelError(fmt::format("attention: layer {}", layer));
+  for (kernels::KvFormat f : {kv.k, kv.v})
+    if (!kernels::kv_width_ok(f, d.Hkv * d.hd) || f == kernels::KvFormat::f32)
+      throw KernelError(fmt::format("attention: no CUDA kernels for {} caches of {} values per row",
+                                    kernels::kv_format_name(f), d.Hkv * d.hd));
   if (context <= 0 || context > INT_MAX / 2) throw KernelError(fmt::format("attention: context {}", context));
   if (ctas.decode1 <= 0 || ctas.decode_n <= 0 || ctas.prefill <= 0)
     throw KernelError("attention: the plan's split CTAs must be positive");
@@ -39,17 +49,17 @@ AttentionKernels::AttentionKernels(const KernelLoader& load, const AttentionDims
                                     lr.first, lr.last));
     Range r{lr.first, lr.last, load(parse_variant(lr.parts[0][0])), load(parse_variant(lr.parts[0][1]))};
     const bool decode = r.main.variant.kernel == "attn_decode";
-    require_variant(r.main, decode ? "attn_decode" : "attn_prefill", group_);
-    require_variant(r.merge, "attn_merge", group_);
+    require_variant(r.main, decode ? "attn_decode" : "attn_prefill", group_, kv);
+    require_variant(r.merge, kernels::attn_merge_for(kv.v).kernel.c_str(), group_, kv);
     if (decode && (lr.last > r.main.variant.param("n") || lr.last > kernels::attention_decode_max_tokens(group_)))
       throw KernelError(fmt::format("attention: {} cannot run {} tokens", r.main.variant.name, lr.last));
-    if (!decode && r.main.kernel.handle()) r.main.kernel.opt_in_shared(kernels::kAttentionPrefillSmem);
+    if (!decode && r.main.kernel.handle()) r.main.kernel.opt_in_shared(kernels::attention_prefill_smem(r.main.variant));
     ranges_.push_back(std::move(r));
   }
   if (ranges_.empty()) throw KernelError("attention: no kernel");
 }
 
-void AttentionKernels::run(const float* q, const uint16_t* kcache, const uint16_t* vcache, int64_t T, int64_t pos0,
+void AttentionKernels::run(const float* q, const void* kcache, const void* vcache, int64_t T, int64_t pos0,
                            float scale, const float* gate, int64_t gate_row_stride, int64_t gate_head_stride,
                            float* out, void* workspace, StreamHandle stream) const {
   if (T < 0 || pos0 < 0 || pos0 + T > context_)
@@ -81,28 +91,66 @@ void AttentionKernels::run(const float* q, const uint16_t* kcache, const uint16_
     const size_t items = (size_t)s.n_split * (size_t)T * (size_t)d_.Hq;
     ws_ml = reinterpret_cast<float*>(static_cast<char*>(workspace) + (items * (size_t)d_.hd * sizeof(float) + 255) / 256 * 256);
   }
-  const auto* kc = reinterpret_cast<const unsigned short*>(kcache);
-  const auto* vc = reinterpret_cast<const unsigned short*>(vcache);
-  const long long kv_row = d_.Hkv * d_.hd;
+  const auto* kc = static_cast<const unsigned char*>(kcache);
+  const auto* vc = static_cast<const unsigned char*>(vcache);
+  const long long k_row = kernels::kv_row_bytes(kv_.k, d_.Hkv * d_.hd, false);
+  const long long v_row = kernels::kv_row_bytes(kv_.v, d_.Hkv * d_.hd, false);
   const float qscale = (float)(scale * kLog2e);
-  const int Ti = (int)T, pos = (int)pos0, Hq = (int)d_.Hq, n_split = (int)s.n_split;
+  const int Ti = (int)T, pos = (int)pos0, Hq = (int)d_.Hq, n_split = (int)s.n_split, layer = (int)layer_;
   const long long grow = gate_row_stride, ghead = gate_head_stride;
+  // Grid dimensions: x holds splits (decode) or query blocks x splits (prefill), y the KV heads (<= 65535,
+  // attention_group checks); at 262144 keys a decode launch has at most context / 32 splits.
   if (s.decode) {
     const LoadedKernel& k = r->main;
     const int kps = (int)s.keys_per_split;
-    k.kernel.launch(Dim3((unsigned)s.n_split, (unsigned)d_.Hkv), Dim3(kernels::kAttentionDecodeThreads), 0, stream, q, kc, vc, kv_row,
-                    Ti, pos, Hq, qscale, gate, grow, ghead, out, ws_o, ws_ml, kps, n_split);
+    if (s.n_split > INT_MAX) throw KernelError(fmt::format("attention: {} decode splits", s.n_split));
+    k.kernel.launch(Dim3((unsigned)s.n_split, (unsigned)d_.Hkv), Dim3(kernels::kAttentionDecodeThreads), 0, stream, q,
+                    kc, vc, k_row, v_row, Ti, pos, Hq, qscale, gate, grow, ghead, out, ws_o, ws_ml, kps, n_split, layer);
   } else {
     const int64_t blocks = ceil_div(T, kernels::kAttentionPrefillRows / group_) * s.n_split;
     if (blocks > INT_MAX) throw KernelError(fmt::format("attention: {} prefill blocks", blocks));
-    r->main.kernel.launch(Dim3((unsigned)blocks, (unsigned)d_.Hkv), Dim3(kernels::kAttentionPrefillThreads), kernels::kAttentionPrefillSmem,
-                                     stream, q, kc, vc, kv_row, Ti, pos, Hq, qscale, gate, grow, ghead, out, ws_o,
-                                     ws_ml, n_split);
+    r->main.kernel.launch(Dim3((unsigned)blocks, (unsigned)d_.Hkv), Dim3(kernels::kAttentionPrefillThreads),
+                          kernels::attention_prefill_smem(r->main.variant), stream, q, kc, vc, k_row, v_row, Ti, pos, Hq,
+                          qscale, gate, grow, ghead, out, ws_o, ws_ml, n_split, layer);
   }
-  if (s.n_split > 1)
-    r->merge.kernel.launch(Dim3((unsigned)(T * d_.Hq * 4)), Dim3(kernels::kAttentionMergeThreads), 0, stream,
-                                   static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), n_split, Ti,
-                                   Hq, gate, grow, ghead, out);
+  if (s.n_split > 1) {
+    if (kernels::kv_format_rotated(kv_.v)) {
+      const int64_t per = kernels::kAttentionMergeRotThreads / 32;
+      r->merge.kernel.launch(Dim3((unsigned)ceil_div(T * d_.Hq, per)), Dim3(kernels::kAttentionMergeRotThreads), 0,
+                             stream, static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), n_split, Ti, Hq,
+                             (int)group_, layer, gate, grow, ghead, out);
+    } else {
+      r->merge.kernel.launch(Dim3((unsigned)(T * d_.Hq * 4)), Dim3(kernels::kAttentionMergeThreads), 0, stream,
+                             static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), n_split, Ti, Hq, gate,
+                             grow, ghead, out);
+    }
+  }
+}
+
+void launch_kv_write(const LoadedKernel& k, const float* kin, const float* vin, void* kcache, void* vcache,
+                     int64_t pos0, int64_t T, int64_t W, int64_t layer, kernels::KvPair kv, StreamHandle s) {
+  if (k.variant.kernel == "kv_write_f16") {
+    if (kv.k != kernels::KvFormat::f16 || kv.v != kernels::KvFormat::f16)
+      throw KernelError(fmt::format("{} writes fp16 caches, not {}", k.variant.name, kernels::kv_pair_name(kv)));
+    return launch_kv_write_f16(k, kin, vin, static_cast<uint16_t*>(kcache), static_cast<uint16_t*>(vcache), pos0, T, W, s);
+  }
+  require_kernel(k, "kv_write");
+  if (k.variant.param("k") != kernels::kv_format_param(kv.k) || k.variant.param("v") != kernels::kv_format_param(kv.v))
+    throw KernelError(fmt::format("{} does not write {} caches", k.variant.name, kernels::kv_pair_name(kv)));
+  require_aligned(kin, 16, k, "k");
+  require_aligned(vin, 16, k, "v");
+  require_aligned(kcache, 16, k, "kcache");
+  require_aligned(vcache, 16, k, "vcache");
+  if (W <= 0 || W % kernels::kAttentionHeadDim)
+    throw KernelError(fmt::format("{}: rows of {} values are not whole head vectors of 256", k.variant.name, W));
+  const int64_t Hkv = W / kernels::kAttentionHeadDim;
+  if (T <= 0 || T > INT_MAX || T * Hkv > INT_MAX / 2 || pos0 < 0 || layer < 0 || layer > 1000000)
+    throw KernelError(fmt::format("{}: T = {}, Hkv = {}, pos0 = {}, layer = {}", k.variant.name, T, Hkv, pos0, layer));
+  const long long kr = kernels::kv_row_bytes(kv.k, W, false), vr = kernels::kv_row_bytes(kv.v, W, false);
+  const int64_t per = k.variant.threads() / 32;
+  k.kernel.launch(Dim3((unsigned)ceil_div(T * Hkv, per), 2), Dim3((unsigned)k.variant.threads()), 0, s, kin, vin,
+                  static_cast<unsigned char*>(kcache), static_cast<unsigned char*>(vcache), kr, vr, (long long)pos0,
+                  (int)T, (int)Hkv, (int)layer);
 }
 
 }  // namespace qrig::cuda

@@ -147,7 +147,19 @@ void kernels_gdn(KernelBinder& kb, CudaStep& s) {
 void kernels_gated_rmsnorm(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "gated_rmsnorm_f32"); }
 void kernels_head_rmsnorm(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "head_rmsnorm_f32"); }
 void kernels_rope(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "rope_neox_f32"); }
-void kernels_kv_write(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "kv_write_f16"); }
+// The step's key and value cache formats (their graph states' types).
+kernels::KvPair cache_pair(const KernelBinder& kb, const CudaStep& s) {
+  return {cuda::cache_format(kb.graph.states.at((size_t)s.b->k_state)),
+          cuda::cache_format(kb.graph.states.at((size_t)s.b->v_state))};
+}
+void kernels_kv_write(KernelBinder& kb, CudaStep& s) {
+  const kernels::KvPair kv = cache_pair(kb, s);
+  bind_single(kb, s, kernels::kv_write_variant(kv).kernel.c_str());
+  for (const cuda::LoadedKernel* k : s.kernel_of_range)
+    if (k->variant != kernels::kv_write_variant(kv))
+      throw RuntimeError(fmt::format("{}: the plan names {} for {} caches", s.b->op->describe(), k->variant.name,
+                                     kernels::kv_pair_name(kv)));
+}
 std::vector<int64_t> offsets(const ir::Op& op, const char* key, size_t n) {
   if (!op.has(key)) throw RuntimeError(fmt::format("{}: no {} attribute (recompile the plan)", op.describe(), key));
   const auto& v = op.ints(key);
@@ -160,7 +172,8 @@ void kernels_attention(KernelBinder& kb, CudaStep& s) {
   const cuda::AttentionDims d{op.i("heads"), op.i("kv_heads"), op.i("head_dim")};
   const auto c = offsets(op, "split_ctas", 3);
   kb.attentions.push_back(std::make_unique<cuda::AttentionKernels>(kb.loader, d, kb.plan.context_length,
-                                                                   kernels::AttentionCtas{c[0], c[1], c[2]}, s.ranges));
+                                                                   kernels::AttentionCtas{c[0], c[1], c[2]}, s.ranges,
+                                                                   cache_pair(kb, s), op.i("layer")));
   s.att = kb.attentions.back().get();
   for (int st : {s.b->k_state, s.b->v_state})
     if (kb.graph.states.at((size_t)st).row_width != d.Hkv * d.hd)
@@ -423,9 +436,13 @@ void run_per_sequence(const StepCx& c, const CudaStep& s) {
         break;
       }
       case OpKind::kv_write: {
+        const ir::Op& op = *s.b->op;
+        const kernels::KvPair kv{cuda::cache_format(m.graph->states[(size_t)s.b->k_state]),
+                                 cuda::cache_format(m.graph->states[(size_t)s.b->v_state])};
         const int64_t W = m.graph->states[(size_t)s.b->k_state].row_width;
-        cuda::launch_kv_write_f16(s.kernel_for(nt), in(0), in(1), sl.cache[(size_t)s.b->k_state].data(),
-                                  sl.cache[(size_t)s.b->v_state].data(), sl.n_past, nt, W, c.stream);
+        cuda::launch_kv_write(s.kernel_for(nt), in(0), in(1), sl.cache[(size_t)s.b->k_state].data(),
+                              sl.cache[(size_t)s.b->v_state].data(), sl.n_past, nt, W,
+                              op.i("layer"), kv, c.stream);
         break;
       }
       case OpKind::attention: {

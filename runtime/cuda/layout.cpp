@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/kv_format.h"
 #include "kernels/matmul.h"
 #include "kernels/sampling.h"
 #include "runtime/cuda/q8_layout.h"
@@ -36,6 +37,18 @@ const gguf::TensorInfo& need_q8(const gguf::File& f, const std::string& name, co
 }
 
 }  // namespace
+
+kernels::KvFormat cache_format(const runtime::BoundState& st) {
+  switch (st.dtype) {
+    case ir::DType::f16: return kernels::KvFormat::f16;
+    case ir::DType::q8: return kernels::KvFormat::q8;
+    case ir::DType::t4: return kernels::KvFormat::t4;
+    case ir::DType::t3: return kernels::KvFormat::t3;
+    default:
+      throw RuntimeError(fmt::format("state %{} is {}: CUDA key and value caches are f16, q8, t4 or t3 (f32 is the CPU "
+                                     "reference's: docs/kv-cache.md)", st.name, ir::dtype_name(st.dtype)));
+  }
+}
 
 DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, const gguf::File& f,
                            const std::string& stage) {
@@ -162,13 +175,14 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
       continue;
     }
     if (st.positional) {
-      if (st.dtype != ir::DType::f16)
-        throw RuntimeError(fmt::format("state %{} is {}: the CUDA dp4a family keeps fp16 key and value caches (its kernels "
-                                       "for q8/t4/t3 caches are not written yet: docs/kv-cache.md)", st.name,
-                                       ir::dtype_name(st.dtype)));
+      const kernels::KvFormat f = cache_format(st);
+      if (st.row_width <= 0 || st.elements % st.row_width != 0 || !kernels::kv_width_ok(f, st.row_width))
+        throw RuntimeError(fmt::format("state %{}: {} values are not rows of {} a {} cache holds", st.name, st.elements,
+                                       st.row_width, kernels::kv_format_name(f)));
+      const int64_t bytes = st.elements / st.row_width * kernels::kv_row_bytes(f, st.row_width, false);
       L.state_offset.push_back(-1);
-      L.cache_halves.push_back(st.elements);
-      L.slot_bytes += st.elements * 2;
+      L.cache_halves.push_back((bytes + 1) / 2);
+      L.slot_bytes += bytes;
     } else {
       if (st.dtype != ir::DType::f32)
         throw RuntimeError(fmt::format("state %{} is {}: recurrent states are f32", st.name, ir::dtype_name(st.dtype)));

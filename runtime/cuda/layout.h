@@ -12,6 +12,7 @@
 
 #include "gguf/gguf.h"
 #include "ir/plan.h"
+#include "kernels/kv_format.h"
 #include "runtime/bound_graph.h"
 
 namespace qrig::cuda {
@@ -39,7 +40,7 @@ struct DeviceLayout {
   // Per slot: the recurrent states (each at a 64-float aligned offset of one f32 buffer), then one fp16 buffer per
   // key or value cache.
   std::vector<int64_t> state_offset;    // floats, per graph state (-1 for caches)
-  std::vector<int64_t> cache_halves;    // per graph state: fp16 values of a cache (0 for recurrent states)
+  std::vector<int64_t> cache_halves;    // per graph state: a cache's bytes / 2, rounded up (0 for recurrent states)
   int64_t rec_floats = 0;
   int64_t slot_bytes = 0;
   int64_t slots = 0;
@@ -56,6 +57,9 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
 // Throws RuntimeError naming the first part whose bytes differ from the plan's memory table (the plan was made
 // by another compiler, edited, or the two disagree: a bug).
 void check_layout(const DeviceLayout& layout, const ir::Plan& plan, const std::string& stage = {});
+
+// The format of a key or value cache state (f16, q8, t4, t3); throws RuntimeError for any other type.
+kernels::KvFormat cache_format(const runtime::BoundState& st);
 
 // Whether op `op` runs on `stage` (every op when stage is empty).
 inline bool on_stage(const ir::Op& op, const std::string& stage) { return stage.empty() || op.s("device") == stage; }

@@ -234,11 +234,19 @@ TEST_CASE("qrig verify --kv runs a quantized cache and prints mean KL; compile -
   CHECK(dir.rc == 2);
   CHECK(dir.text.find("--kv") != std::string::npos);
   CHECK(sh(bin + " verify " + plan + " " + ref).rc == 0);
-  // CUDA plans keep fp16 caches for now, and say so.
+  // CUDA plans take quantized caches too (their kernels named by both formats); f32 is the CPU reference's only.
+  const std::string cplan = tmp("kvcuda");
   auto cuda = sh(bin + " compile " + kTiny + " --rig " + std::string(QRIG_SOURCE_DIR) + "/rigs/cmp-100-210-x4.toml --gpus 1 "
-                 "--no-precompile -o " + tmp("kvcuda") + " --kv k8v3", true);
-  CHECK(cuda.rc != 0);
-  CHECK(cuda.text.find("not written yet") != std::string::npos);
+                 "--no-precompile -o " + cplan + " --kv k8v3", true);
+  CHECK(cuda.rc == 0);
+  auto cin = sh(bin + " inspect " + cplan);
+  CHECK(cin.text.find("keys q8, values t3 (k8v3)") != std::string::npos);
+  CHECK(cin.text.find("attn_decode_d256_g2_n1_k8_v3_t128") != std::string::npos);
+  CHECK(cin.text.find("kv_write_k8_v3_t128") != std::string::npos);
+  auto f32 = sh(bin + " compile " + kTiny + " --rig " + std::string(QRIG_SOURCE_DIR) + "/rigs/cmp-100-210-x4.toml --gpus 1 "
+                "--no-precompile -o " + tmp("kvcuda32") + " --kv k32v32", true);
+  CHECK(f32.rc != 0);
+  CHECK(f32.text.find("f32") != std::string::npos);
 }
 
 TEST_CASE("qrig verify on 2- and 3-stage CPU pipelines: within the CPU tolerance, the one-stage plan's logits bit for bit",

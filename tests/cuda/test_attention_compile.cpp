@@ -72,11 +72,11 @@ TEST_CASE("attention variant names spell every parameter; dims the kernels canno
     }
     return n;
   };
-  CHECK(names({16, 4, 256}) == std::vector<std::string>{"attn_decode_d256_g4_n1_t128", "attn_decode_d256_g4_n2_t128",
-                                                         "attn_prefill_d256_g4_h0_t128", "attn_merge_d256_t256"});
-  CHECK(names({2, 1, 256}) == std::vector<std::string>{"attn_decode_d256_g2_n1_t128", "attn_decode_d256_g2_n4_t128",
-                                                        "attn_prefill_d256_g2_h0_t128", "attn_merge_d256_t256"});
-  CHECK(names({24, 4, 256}) == std::vector<std::string>{"attn_decode_d256_g6_n1_t128", "attn_prefill_d256_g6_h0_t128",
+  CHECK(names({16, 4, 256}) == std::vector<std::string>{"attn_decode_d256_g4_n1_k16_v16_t128", "attn_decode_d256_g4_n2_k16_v16_t128",
+                                                         "attn_prefill_d256_g4_h0_k16_v16_t128", "attn_merge_d256_t256"});
+  CHECK(names({2, 1, 256}) == std::vector<std::string>{"attn_decode_d256_g2_n1_k16_v16_t128", "attn_decode_d256_g2_n4_k16_v16_t128",
+                                                        "attn_prefill_d256_g2_h0_k16_v16_t128", "attn_merge_d256_t256"});
+  CHECK(names({24, 4, 256}) == std::vector<std::string>{"attn_decode_d256_g6_n1_k16_v16_t128", "attn_prefill_d256_g6_h0_k16_v16_t128",
                                                          "attn_merge_d256_t256"});
   CHECK_THROWS_AS(attention_variants({16, 4, 128}, 4096, 132), KernelError);  // head dim
   CHECK_THROWS_AS(attention_variants({16, 5, 256}, 4096, 132), KernelError);  // not a multiple
@@ -130,14 +130,14 @@ TEST_CASE("attention workspace bound and run() argument checks (no GPU: they thr
   // A loader handing back another template or other dims is caught at construction.
   const KernelLoader wrong = [&](const Variant& v) {
     if (v.kernel == "attn_prefill")
-      return LoadedKernel{make_variant("attn_prefill", {{"d", 256}, {"g", 2}, {"h", 1}, {"t", 128}}), Kernel{}};
+      return LoadedKernel{make_variant("attn_prefill", {{"d", 256}, {"g", 2}, {"h", 1}, {"k", 16}, {"v", 16}, {"t", 128}}), Kernel{}};
     return LoadedKernel{v, Kernel{}};
   };
   CHECK_THROWS_AS(test::attention_kernels(wrong, d, 4096, 132), KernelError);
   // ... but the fp32 P.V prefill of the right dims is accepted (rigs whose HFMA2 is slow).
   const KernelLoader fp32 = [&](const Variant& v) {
     if (v.kernel == "attn_prefill")
-      return LoadedKernel{make_variant("attn_prefill", {{"d", 256}, {"g", 4}, {"h", 0}, {"t", 128}}), Kernel{}};
+      return LoadedKernel{make_variant("attn_prefill", {{"d", 256}, {"g", 4}, {"h", 0}, {"k", 16}, {"v", 16}, {"t", 128}}), Kernel{}};
     return LoadedKernel{v, Kernel{}};
   };
   CHECK_NOTHROW(test::attention_kernels(fp32, d, 4096, 132));

@@ -43,7 +43,7 @@ KernelLoader loader(int64_t half) {
   return [half](const Variant& v) {
     Gpu& g = Gpu::get();
     if (v.kernel != "attn_prefill" || half < 0) return g.load(v);
-    return g.load(make_variant("attn_prefill", {{"d", v.param("d")}, {"g", v.param("g")}, {"h", half}, {"t", v.threads()}}));
+    return g.load(make_variant("attn_prefill", {{"d", v.param("d")}, {"g", v.param("g")}, {"h", half}, {"k", v.param("k")}, {"v", v.param("v")}, {"t", v.threads()}}));
   };
 }
 
