@@ -294,8 +294,6 @@ Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, 
                       {{"w", ggml_type}, {"p", planes}, {"c", cols}, {"r", rows_per_warp}, {"t", threads}});
 }
 
-int64_t gemm_wq_gemv_smem_bytes(int64_t k, int64_t planes) { return k * planes + k / 8; }
-
 std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t n, int64_t min_rows, int64_t max_rows,
                                           int64_t planes) {
   const WqType* wt = wq_type(ggml_type);
@@ -314,13 +312,7 @@ std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t 
                                              c, wt->format)
                                : fmt::format("the {} skinny GEMM on tiles of 16 rows (no tiled GEMM for {} yet: the "
                                              "weights are read once per 16 rows)", wt->format, wt->format);
-    int64_t width = c;
-    if (c == 1 && gemm_wq_gemv_smem_bytes(k, planes) > kTiledSmemLimit) {  // the 2-row kernel takes one row too
-      width = 2;
-      why = fmt::format("one row of {} values: the {} 2-row GEMM (the GEMV's staged activation would not fit 48 KiB)",
-                        k, wt->format);
-    }
-    out.push_back({std::max(lo, min_rows), hi, {{gemm_wq_skinny_variant(ggml_type, planes, width, r)}}, std::move(why)});
+    out.push_back({std::max(lo, min_rows), hi, {{gemm_wq_skinny_variant(ggml_type, planes, c, r)}}, std::move(why)});
     if (c >= 16) break;
   }
   return out;

@@ -77,11 +77,9 @@ int64_t wq_type_of_format(const std::string& format);
 Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, int64_t rows_per_warp,
                                int64_t threads = 128);
 // The kernel for every row count min_rows..max_rows of a [k] -> [n] matmul with these weights: the GEMV for one
-// row (when its staged activation fits 48 KiB, else the 2-row kernel), the skinny kernel of the next power of two up to 16 rows, 16-row tiles beyond (there is no tiled GEMM
+// row, the skinny kernel of the next power of two up to 16 rows, 16-row tiles beyond (there is no tiled GEMM
 // for these types yet: prefill reads the weights once per 16 rows). Throws KernelError when k is not a
 // multiple of the type's block.
-// Dynamic shared memory of the block-type GEMV (c = 1) for rows of k values: the staged activation.
-int64_t gemm_wq_gemv_smem_bytes(int64_t k, int64_t planes);
 std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t n, int64_t min_rows,
                                           int64_t max_rows, int64_t planes);
 

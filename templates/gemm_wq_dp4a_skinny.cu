@@ -9,8 +9,8 @@
 // Each warp computes R consecutive weight rows for all n_tokens (<= C) tokens; lane l takes the units l,
 // l + 32, ... of the rows (a warp's 16-byte loads of a row's A bytes are contiguous: 512 bytes per row and
 // step for the 4- and 6-bit types), decodes the unit of every row once, then per token reads the two
-// 16-byte pieces of the activation the unit's halves meet (C = 1: staged in shared memory per block; C > 1:
-// through L1, every warp reading the same activation) and their scales: 8 dp4a per (row, token), 8 more for the activation sums of types with offsets (once per
+// 16-byte pieces of the activation the unit's halves meet (through L1: every warp reads the same activation)
+// and their scales: 8 dp4a per (row, token), 8 more for the activation sums of types with offsets (once per
 // token, shared by the R rows), and with two activation planes (P = 2: x = xd * (xq + xq2/254)) the same
 // again for the second plane. Per-lane sums are reduced by butterflies in a fixed order (deterministic); lane
 // 0 writes. Tokens past n_tokens and rows past n_rows are computed on clamped ones and not written.
@@ -39,18 +39,6 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
   const int NBLK = k / WQ_BLOCK;           // weight blocks per row
   const int NU = NBLK * WQ_UNITS;          // units per row
 
-#if QRIG_COLS == 1
-  // The GEMV stages the activation row in (dynamic) shared memory: xq [k], xq2 [k] with two planes, xd [k/32]
-  // (the launcher passes k * P + k / 8 bytes): the per-unit activation reads then cost no L1 load instructions.
-  extern __shared__ int4 s_act[];
-  const int V16 = k >> 4;
-  for (int i = threadIdx.x; i < V16; i += T) s_act[i] = __ldg(reinterpret_cast<const int4*>(xq) + i);
-  if (P == 2)
-    for (int i = threadIdx.x; i < V16; i += T) s_act[V16 + i] = __ldg(reinterpret_cast<const int4*>(xq2) + i);
-  float* const s_xd = reinterpret_cast<float*>(s_act + P * V16);
-  for (int i = threadIdx.x; i < (k >> 5); i += T) s_xd[i] = __ldg(xd + i);
-  __syncthreads();
-#endif
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * WARPS + (threadIdx.x >> 5)) * R;
   if (row0 >= n_rows) return;  // whole warps
@@ -98,29 +86,19 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
     const int v0 = blk * WQ_BLOCK + w[0].o0, v1 = blk * WQ_BLOCK + w[0].o1;  // the halves' activation values
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      // (C > 1) 32-bit offsets (the launcher bounds n_tokens * k): per-token 64-bit pointers, hoisted out of the
+      // 32-bit offsets (the launcher bounds n_tokens * k): per-token 64-bit pointers, hoisted out of the
       // loop by the compiler, would hold 4 registers per token and plane.
-#if QRIG_COLS == 1
-      const int4 a0 = s_act[v0 >> 4], a1 = s_act[v1 >> 4];
-      const float x0 = s_xd[v0 >> 5], x1 = s_xd[v1 >> 5];
-      int4 b0, b1;
-      if constexpr (P == 2) {
-        b0 = s_act[V16 + (v0 >> 4)];
-        b1 = s_act[V16 + (v1 >> 4)];
-      }
-#else
       const int t = min(c, n_tokens - 1);
       const int e0 = t * k + v0, e1 = t * k + v1;
       const int4 a0 = __ldg(reinterpret_cast<const int4*>(xq + e0));
       const int4 a1 = __ldg(reinterpret_cast<const int4*>(xq + e1));
       const float x0 = __ldg(xd + (e0 >> 5)), x1 = __ldg(xd + (e1 >> 5));
+      float z0 = 0.0f, z1 = 0.0f;
       int4 b0, b1;
       if constexpr (P == 2) {
         b0 = __ldg(reinterpret_cast<const int4*>(xq2 + e0));
         b1 = __ldg(reinterpret_cast<const int4*>(xq2 + e1));
       }
-#endif
-      float z0 = 0.0f, z1 = 0.0f;
       if constexpr (WQ_HAS_MIN) {
         z0 = bytesum(a0);
         z1 = bytesum(a1);

@@ -113,17 +113,8 @@ __device__ __forceinline__ int wq_spread4(unsigned x, int b) {
   return (int)((((x >> b) & 0xFu) * 0x00204081u) & 0x01010101u);
 }
 
-// Loads of B are as wide as its alignment allows (B bytes per block are even, and a multiple of 4, 8 or 16 for the
-// types that read it wider): the scale bytes cost load instructions, which bound the GEMV, not DRAM bytes.
-__device__ __forceinline__ unsigned wq_u16(const unsigned char* p) {
-  return __ldg(reinterpret_cast<const unsigned short*>(p));
-}
-__device__ __forceinline__ float wq_half(const unsigned char* p) { return qrig_half_to_float((unsigned short)wq_u16(p)); }
-__device__ __forceinline__ float wq_half_bits(unsigned h) { return qrig_half_to_float((unsigned short)(h & 0xFFFF)); }
-// Byte j (0..15, any value at run time) of 16 loaded bytes.
-__device__ __forceinline__ int wq_byte(const int4& v, int j) {
-  const int w = j < 8 ? (j < 4 ? v.x : v.y) : (j < 12 ? v.z : v.w);
-  return (w >> (8 * (j & 3))) & 0xFF;
+__device__ __forceinline__ float wq_half(const unsigned char* p) {
+  return qrig_half_to_float((unsigned short)(p[0] | (p[1] << 8)));
 }
 
 #if QRIG_WTYPE == QRIG_WT_IQ4_NL || QRIG_WTYPE == QRIG_WT_IQ4_XS
@@ -142,14 +133,13 @@ __device__ __forceinline__ int wq_iq4_lookup(int c) {
 
 #if QRIG_WTYPE == QRIG_WT_Q4_K || QRIG_WTYPE == QRIG_WT_Q5_K
 // The 6-bit scale and min of sub-block j of the 12 packed bytes s (gguf/quant_blocks.cpp's k4_scale_min).
-// (B holds d, dmin, then the 12 bytes: s[i] is byte 4 + i of bv.)
-__device__ __forceinline__ void wq_k4_scale_min(int j, const int4& bv, int& sc, int& m) {
+__device__ __forceinline__ void wq_k4_scale_min(int j, const unsigned char* s, int& sc, int& m) {
   if (j < 4) {
-    sc = wq_byte(bv, 4 + j) & 63;
-    m = wq_byte(bv, 4 + j + 4) & 63;
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
   } else {
-    sc = (wq_byte(bv, 4 + j + 4) & 0xF) | ((wq_byte(bv, 4 + j - 4) >> 6) << 4);
-    m = (wq_byte(bv, 4 + j + 4) >> 4) | ((wq_byte(bv, 4 + j) >> 6) << 4);
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
 #endif
@@ -167,19 +157,11 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   const int x[4] = {v.x, v.y, v.z, v.w};
   w.o0 = 0;
   w.o1 = 16;
+  w.d0 = w.d1 = wq_half(b);
   w.m0 = w.m1 = -0.0f;
-#if QRIG_WTYPE == QRIG_WT_Q5_1  // B: d, m, qh (8 bytes, 8-aligned)
-  const uint2 bv = __ldg(reinterpret_cast<const uint2*>(b));
-  w.d0 = w.d1 = wq_half_bits(bv.x);
-  const unsigned qh = bv.y;
-#elif QRIG_WTYPE == QRIG_WT_Q4_1  // B: d, m (4-aligned)
-  const unsigned bv = __ldg(reinterpret_cast<const unsigned*>(b));
-  w.d0 = w.d1 = wq_half_bits(bv);
-#elif QRIG_WTYPE == QRIG_WT_Q5_0  // B: d, qh (6 bytes, 2-aligned)
-  w.d0 = w.d1 = wq_half(b);
-  const unsigned qh = wq_u16(b + 2) | (wq_u16(b + 4) << 16);
-#else
-  w.d0 = w.d1 = wq_half(b);
+#if QRIG_WTYPE == QRIG_WT_Q5_0 || QRIG_WTYPE == QRIG_WT_Q5_1
+  const int qo = QRIG_WTYPE == QRIG_WT_Q5_0 ? 2 : 4;  // qh's offset in B
+  const unsigned qh = (unsigned)(b[qo] | (b[qo + 1] << 8)) | ((unsigned)(b[qo + 2] | (b[qo + 3] << 8)) << 16);
 #endif
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -201,10 +183,8 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
     w.q[i] = lo;
     w.q[4 + i] = hi;
   }
-#if QRIG_WTYPE == QRIG_WT_Q4_1
-  w.m0 = w.m1 = wq_half_bits(bv >> 16);
-#elif QRIG_WTYPE == QRIG_WT_Q5_1
-  w.m0 = w.m1 = wq_half_bits(bv.x >> 16);
+#if QRIG_WTYPE == QRIG_WT_Q4_1 || QRIG_WTYPE == QRIG_WT_Q5_1
+  w.m0 = w.m1 = wq_half(b + 2);
 #endif
 
 #elif QRIG_WTYPE == QRIG_WT_Q4_K || QRIG_WTYPE == QRIG_WT_Q5_K
@@ -230,13 +210,12 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   }
   w.o0 = 64 * c + 16 * i;
   w.o1 = w.o0 + 32;
-  const int4 bv = wq_ld16(b);  // d, dmin, scales[12]: 16 bytes, 16-aligned
-  const float d = wq_half_bits((unsigned)bv.x), dmin = wq_half_bits((unsigned)bv.x >> 16);
+  const float d = wq_half(b), dmin = wq_half(b + 2);
   int sc, m;
-  wq_k4_scale_min(2 * c, bv, sc, m);
+  wq_k4_scale_min(2 * c, b + 4, sc, m);
   w.d0 = d * (float)sc;
   w.m0 = -(dmin * (float)m);
-  wq_k4_scale_min(2 * c + 1, bv, sc, m);
+  wq_k4_scale_min(2 * c + 1, b + 4, sc, m);
   w.d1 = d * (float)sc;
   w.m1 = -(dmin * (float)m);
 
@@ -258,8 +237,8 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   w.o1 = w.o0 + 64;
   const float d = wq_half(b + 16);
   const signed char* sc = reinterpret_cast<const signed char*>(b);
-  w.d0 = d * (float)__ldg(sc + 8 * hf + 2 * p + (r & 1));
-  w.d1 = d * (float)__ldg(sc + 8 * hf + 2 * p + 4 + (r & 1));
+  w.d0 = d * (float)sc[8 * hf + 2 * p + (r & 1)];
+  w.d1 = d * (float)sc[8 * hf + 2 * p + 4 + (r & 1)];
   w.m0 = w.m1 = -0.0f;
 
 #elif QRIG_WTYPE == QRIG_WT_Q2_K || QRIG_WTYPE == QRIG_WT_Q3_K
@@ -290,20 +269,16 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   w.o1 = w.o0 + 32;
   const int is0 = 8 * hf + 4 * sp + pt, is1 = is0 + 2;
 #if QRIG_WTYPE == QRIG_WT_Q2_K
-  // B (20 bytes, 4-aligned): scales[16], then d, dmin. is0 % 4 < 2, so is0 and is1 = is0 + 2 share a word.
-  const unsigned dd = __ldg(reinterpret_cast<const unsigned*>(b + 16));
-  const unsigned sw = __ldg(reinterpret_cast<const unsigned*>(b + (is0 & ~3)));
-  const int s0 = (int)(sw >> (8 * (is0 & 3))) & 0xFF, s1 = (int)(sw >> (8 * (is0 & 3) + 16)) & 0xFF;
-  const float d = wq_half_bits(dd), dmin = wq_half_bits(dd >> 16);
-  w.d0 = d * (float)(s0 & 0xF);
-  w.m0 = -(dmin * (float)(s0 >> 4));
-  w.d1 = d * (float)(s1 & 0xF);
-  w.m1 = -(dmin * (float)(s1 >> 4));
+  const float d = wq_half(b + 16), dmin = wq_half(b + 18);
+  w.d0 = d * (float)(b[is0] & 0xF);
+  w.m0 = -(dmin * (float)(b[is0] >> 4));
+  w.d1 = d * (float)(b[is1] & 0xF);
+  w.m1 = -(dmin * (float)(b[is1] >> 4));
 #else
   const float d = wq_half(b + 12);
   auto scale = [&](int j) {
-    const int lo = j < 8 ? (__ldg(b + j) & 0xF) : (__ldg(b + j - 8) >> 4);
-    const int hi = (__ldg(b + 8 + j % 4) >> (2 * (j / 4))) & 3;
+    const int lo = j < 8 ? (b[j] & 0xF) : (b[j - 8] >> 4);
+    const int hi = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
     return (lo | (hi << 4)) - 32;
   };
   w.d0 = d * (float)scale(is0);
@@ -322,10 +297,9 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   }
   w.o0 = 32 * u;
   w.o1 = w.o0 + 16;
-  const uint2 bv = __ldg(reinterpret_cast<const uint2*>(b));  // d, scales_h, scales_l[4]: 8 bytes, 8-aligned
-  const unsigned sh = bv.x >> 16;
-  const int ls = ((int)(bv.y >> (8 * (u / 2) + 4 * (u % 2))) & 0xF) | (((sh >> (2 * u)) & 3) << 4);
-  w.d0 = w.d1 = wq_half_bits(bv.x) * (float)(ls - 32);
+  const unsigned sh = (unsigned)(b[2] | (b[3] << 8));
+  const int ls = ((b[4 + u / 2] >> (4 * (u % 2))) & 0xF) | (((sh >> (2 * u)) & 3) << 4);
+  w.d0 = w.d1 = wq_half(b) * (float)(ls - 32);
   w.m0 = w.m1 = -0.0f;
 #endif
 }

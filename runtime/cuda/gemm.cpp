@@ -79,13 +79,9 @@ void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq
   if (T <= 0 || c * w.cols > INT_MAX) throw KernelError(fmt::format("{}: {} activation rows", k.variant.name, T));
   const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
   const unsigned g = grid_for(w.rows, rows_per_block, k);
-  // The GEMV (c = 1) stages the activation in shared memory.
-  const int64_t smem = c == 1 ? kernels::gemm_wq_gemv_smem_bytes(w.cols, k.variant.param("p")) : 0;
-  if (smem > kernels::kTiledSmemLimit)
-    throw KernelError(fmt::format("{}: a {}-value row needs {} bytes of shared memory", k.variant.name, w.cols, smem));
   for (int64_t t0 = 0; t0 < T; t0 += c) {
     const int64_t n = std::min(c, T - t0);
-    k.kernel.launch(Dim3(g), Dim3((unsigned)k.variant.threads()), (unsigned)smem, stream,
+    k.kernel.launch(Dim3(g), Dim3((unsigned)k.variant.threads()), 0, stream,
                     reinterpret_cast<const unsigned char*>(w.qs), reinterpret_cast<const unsigned char*>(w.scales),
                     reinterpret_cast<const signed char*>(xq + t0 * w.cols), xd + t0 * (w.cols / 32),
                     p2 ? reinterpret_cast<const signed char*>(xq2 + t0 * w.cols) : nullptr, y + t0 * w.rows,
