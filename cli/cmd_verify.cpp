@@ -264,6 +264,8 @@ int cmd_verify(int argc, char** argv) {
   }
   const double tol = a.get_float("--tol", std::max(kv_tol, q8_everywhere ? 1e-1 : q8 ? 5e-3 : 1e-4));
   const double min_top1 = a.get_float("--min-top1", std::min(kv_top1, q8_everywhere ? 0.9 : 0.99));
+  gguf::File ref = gguf::File::open(a.positional()[1]);
+  if (is_draft_reference(ref)) return verify_draft_reference(plan, ref, a.get_float("--tol", 1e-4), a.get_int("--split", 0));
   std::unique_ptr<ModelRunner> runner;
   if (plan.backend == "cpu") {
     runner = std::make_unique<CpuRunner>(plan);
@@ -274,7 +276,6 @@ int cmd_verify(int argc, char** argv) {
     throw runtime::RuntimeError(fmt::format("backend '{}' is not available in this build of qrig", plan.backend));
 #endif
   }
-  gguf::File ref = gguf::File::open(a.positional()[1]);
   std::vector<float> dump;
   auto reports = verify_reference(*runner, ref, a.get_int("--split", 0), a.has("--dump") ? &dump : nullptr);
   if (a.has("--dump")) {
