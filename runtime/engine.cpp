@@ -392,7 +392,8 @@ bool Engine::update_running_locked() {
 }
 
 bool Engine::sample_row(Active& a, const float* row, const TopCandidates* top, const std::vector<bool>* allowed,
-                        const std::string& mask_error, TokenEvent& ev, std::string& error) {
+                        const std::string& mask_error, TokenEvent& ev, std::string& error,
+                        const std::function<int32_t()>& pick) {
   const int64_t V = backend_->vocab_rows();
   try {
     if (!mask_error.empty()) throw std::runtime_error(mask_error);
@@ -405,7 +406,7 @@ bool Engine::sample_row(Active& a, const float* row, const TopCandidates* top, c
         if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs_top(*top, a.req.top_logprobs);
       }
     } else {
-      tok = a.sampler->sample(row, (int32_t)V, allowed);
+      tok = pick ? pick() : a.sampler->sample(row, (int32_t)V, allowed);
       ev.token = tok;
       if (a.req.top_logprobs >= 0) {
         ev.logprob = a.sampler->logprob(row, (int32_t)V, tok, allowed);
@@ -619,7 +620,7 @@ void Engine::consume_verify(Active& a, const StepInput& in, const std::vector<fl
   std::string error;
   std::vector<bool> mask;
   a.decode_steps += 1;
-  auto sample = [&](int64_t row, int32_t) -> int32_t {
+  auto sample = [&](int64_t row, int32_t proposal) -> int32_t {
     const std::vector<bool>* allowed = row == 0 ? first_mask : nullptr;
     std::string mask_error = row == 0 ? first_mask_error : std::string();
     if (row > 0) {
@@ -635,7 +636,11 @@ void Engine::consume_verify(Active& a, const StepInput& in, const std::vector<fl
       }
     }
     TokenEvent ev;
-    if (!sample_row(a, logits.data() + row * V, nullptr, allowed, mask_error, ev, error)) return -1;
+    const float* lrow = logits.data() + row * V;
+    std::function<int32_t()> rule;  // sampled requests: the rejection rule against the draft's distribution
+    if (proposal >= 0 && a.sampler->params().temperature > 0 && (size_t)row < a.spec.q.size())
+      rule = [&] { return spec_rejection_sample(a.spec, *a.sampler, lrow, (int32_t)V, allowed, row, proposal); };
+    if (!sample_row(a, lrow, nullptr, allowed, mask_error, ev, error, rule)) return -1;
     events.push_back(std::move(ev));
     return events.back().token;
   };

@@ -130,8 +130,10 @@ class Engine {
                    const std::string& mask_error);
   // consume_row's halves: sample (accepting the token into the sampler and constraint; false with `error` set when
   // sampling failed) and hand out (false when `a` finished and its slot was released).
+  // pick (optional) chooses the token instead of the sampler's own draw (speculative decoding's rejection rule).
   bool sample_row(Active& a, const float* logits, const TopCandidates* top, const std::vector<bool>* allowed,
-                  const std::string& mask_error, TokenEvent& ev, std::string& error);
+                  const std::string& mask_error, TokenEvent& ev, std::string& error,
+                  const std::function<int32_t()>& pick = nullptr);
   bool emit_token(Active& a, const TokenEvent& ev);
   // Speculative decoding (speculative.cpp): the rows of a verify step of `a` (input `in`), from its first row's
   // mask on; samples them in order, rolls the slot back to the accepted tokens and hands them out.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace qrig::runtime {
 
@@ -63,6 +64,17 @@ int32_t rejection_pick(const std::vector<double>& p, const std::vector<double>& 
   for (size_t i = 0; i < p.size(); ++i) r[i] = std::max(0.0, p[i] - (i < q.size() ? q[i] : 0.0));
   int32_t t = draw(r, u_residual);
   if (t < 0) t = draw(p, u_residual);  // p == q where both weigh (rounding): the residual is empty
+  return t;
+}
+
+int32_t spec_rejection_sample(SpecState& s, Sampler& sampler, const float* logits, int32_t n_rows,
+                              const std::vector<bool>* allowed, int64_t row, int32_t d) {
+  const std::vector<double> p = sampler.distribution(logits, n_rows, allowed);  // throws without candidates
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double u_accept = u(s.rng), u_residual = u(s.rng);
+  bool accepted = false;
+  const int32_t t = rejection_pick(p, s.q.at((size_t)row), d, u_accept, u_residual, accepted);
+  if (t < 0) throw std::runtime_error("no token can be sampled");
   return t;
 }
 

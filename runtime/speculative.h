@@ -55,6 +55,12 @@ std::vector<double> draft_distribution(const float* logits, int32_t n_real, floa
 int32_t rejection_pick(const std::vector<double>& p, const std::vector<double>& q, int32_t draft, double u_accept,
                        double u_residual, bool& accepted);
 
+// A sampled request's token at verify row `row`, whose proposal is draft `d` (drawn from s.q[row]): the target's
+// distribution at that row (the sampler's whole chain, `allowed` included) against q by rejection_pick, with
+// uniforms from s.rng. Throws like Sampler::sample when no token can be sampled.
+int32_t spec_rejection_sample(SpecState& s, Sampler& sampler, const float* logits, int32_t n_rows,
+                              const std::vector<bool>* allowed, int64_t row, int32_t d);
+
 // One walked verify step: the tokens to hand out in order, how many drafts stay in the state (the tokens after
 // the next one that the rollback keeps), and a failure (a sampling error at `tokens.size()`).
 struct VerifyWalk {
