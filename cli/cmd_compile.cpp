@@ -184,6 +184,12 @@ int cmd_inspect(int argc, char** argv) {
       fmt::print("{}\n", f.kv == kv_spelling(p.k_dtype, p.v_dtype) ? "  <- this plan" : "");
     }
   }
+  if (p.draft_tokens > 0)
+    fmt::print("draft     {} tokens per step from the MTP head ({} ops in draft.ir): its cache {} bytes per token, "
+               "{:.2f} MiB of rollback states per sequence (why: notes)\n", p.draft_tokens, p.draft.ops.size(),
+               p.memory.draft_kv_bytes_per_token, mib(p.memory.draft_rollback_bytes));
+  else
+    fmt::print("draft     off (speculative decoding; why: notes)\n");
   if (p.backend == "cuda") fmt::print("decode    CUDA graphs {}\n", p.decode_graphs ? "on" : "off");
   if (p.placement.size() == 1) {
     fmt::print("placement {}: layers {}-{}\n", p.placement[0].device, p.placement[0].first_layer,
@@ -241,6 +247,7 @@ int cmd_inspect(int argc, char** argv) {
   fmt::print("\nnotes:\n");
   for (const auto& n : p.notes) fmt::print("  - {}\n", n);
   if (a.has("--graph")) fmt::print("\n{}", ir::print(p.graph));
+  if (a.has("--graph") && p.draft_tokens > 0) fmt::print("\n{}", ir::print(p.draft));
   return 0;
 }
 

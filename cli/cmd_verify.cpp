@@ -219,12 +219,12 @@ std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& 
 }
 
 int cmd_verify(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1", "--dump", "--model", "--kv"},
+  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1", "--dump", "--model", "--kv", "--draft"},
          {"--emulate-dp4a", "--precise", "--ptx"});
   if (a.positional().size() != 2)
     throw UsageError("usage: qrig verify MODEL.gguf|PLAN_DIR REF.gguf [--rig RIG.toml] [--backend cpu|cuda] [--tol X] "
-                     "[--min-top1 F] [--split N] [--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--emulate-dp4a] [--precise] [--ptx] "
-                     "[--dump FILE]");
+                     "[--min-top1 F] [--split N] [--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--draft N] [--emulate-dp4a] "
+                     "[--precise] [--ptx] [--dump FILE]");
   const bool precise = a.has("--precise");
   const bool emulate = a.has("--emulate-dp4a");
   LoadOptions lo;
@@ -237,6 +237,8 @@ int cmd_verify(int argc, char** argv) {
   lo.ptx_jit = a.has("--ptx");
   lo.model_override = a.get("--model");
   lo.kv = a.get("--kv");
+  if (a.has("--draft")) lo.draft_tokens = a.get_int("--draft", -1);
+  if (a.has("--draft") && lo.draft_tokens < 0) throw UsageError("--draft must be 0 (off) .. 4");
   const bool dir = resolve_model(a.positional()[0]).plan;
   if ((precise || emulate || lo.ptx_jit || !lo.kv.empty()) && dir)
     throw UsageError("--precise, --emulate-dp4a, --ptx and --kv compile the .gguf; a plan directory has its own numerics, "

@@ -128,4 +128,24 @@ VerifyWalk walk_verify(const std::vector<int32_t>& drafts, const std::function<i
   return w;
 }
 
+std::vector<int32_t> spec_greedy_step(Backend& backend, int slot, int32_t next, int64_t room, int32_t n_real,
+                                      int64_t& drafted, int64_t& accepted) {
+  auto argmax = [n_real](const float* row) { return (int32_t)(std::max_element(row, row + n_real) - row); };
+  const int64_t k = std::min<int64_t>(room, backend.draft_tokens());
+  std::vector<int32_t> drafts;
+  if (k > 0 && backend.can_draft(slot)) drafts = backend.draft(slot, next, (int)k, argmax);
+  StepInput in{slot, {next}, true, 1};
+  in.tokens.insert(in.tokens.end(), drafts.begin(), drafts.end());
+  in.logit_rows = (int32_t)in.tokens.size();
+  const int64_t start = backend.position(slot);
+  const auto out = backend.step({in});
+  const int64_t V = backend.vocab_rows();
+  auto sample = [&](int64_t row, int32_t) { return argmax(out[0].data() + row * V); };
+  const VerifyWalk w = walk_verify(drafts, sample, [](int32_t, int64_t) { return false; });
+  if (!drafts.empty()) backend.rollback(slot, start + 1 + w.kept_drafts);
+  drafted += (int64_t)drafts.size();
+  accepted += w.accepted;
+  return w.tokens;
+}
+
 }  // namespace qrig::runtime

@@ -75,4 +75,11 @@ struct VerifyWalk {
 VerifyWalk walk_verify(const std::vector<int32_t>& drafts, const std::function<int32_t(int64_t, int32_t)>& sample,
                        const std::function<bool(int32_t, int64_t)>& ends);
 
+// One greedy speculative step of `slot` outside the engine (qrig bench): drafts min(room, draft_tokens) tokens by
+// the head's argmax after `next`, verifies them with `next` in one step, keeps the longest prefix the target's argmax
+// (lowest id on ties, ids below n_real) agrees with, rolls back, and returns the tokens generated (the last is the
+// new next token). drafted/accepted are added to.
+std::vector<int32_t> spec_greedy_step(Backend& backend, int slot, int32_t next, int64_t room, int32_t n_real,
+                                      int64_t& drafted, int64_t& accepted);
+
 }  // namespace qrig::runtime
