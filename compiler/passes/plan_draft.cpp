@@ -99,6 +99,12 @@ void plan_draft(CompileContext& cx) {
     p.draft_tokens = best_k;
     why = fmt::format("the cost model's best (acceptance prior {:.2f} per token until measured: {})", a, table);
   }
+  // A verify step keeps the recurrent states after each position from the token-serial GDN (docs/speculative.md).
+  if (p.draft_tokens + 1 >= p.gdn_recurrent_below) {
+    const int64_t k = p.draft_tokens;
+    return refuse(fmt::format("a verify of {} tokens would run the chunked GDN (recurrent below {} tokens), which "
+                              "does not keep the state after each position", k + 1, p.gdn_recurrent_below));
+  }
   p.draft = lower_qwen35_mtp(hp, cx.file);
   for (auto& op : p.draft.ops) op.set("device", pl.device);
   p.notes.push_back(fmt::format("draft: {} token(s) per step from the MTP head blk.{} ({:.1f} MiB with the shared "
