@@ -45,6 +45,7 @@ class OracleDrafter final : public ForwardingBackend {
   OracleDrafter(const ir::Plan& plan, std::vector<int32_t> prompt, std::vector<int32_t> continuation, int wrong_at)
       : ForwardingBackend(plan), prompt_(std::move(prompt)), cont_(std::move(continuation)), wrong_at_(wrong_at) {}
   std::vector<int32_t> draft(int slot, int32_t next, int k, const DraftPick& pick) override {
+    if (!active) return ForwardingBackend::draft(slot, next, k, pick);  // the head's own drafts
     const int64_t m = position(slot) - (int64_t)prompt_.size();  // next is continuation[m]
     REQUIRE(m >= 0);
     REQUIRE(m < (int64_t)cont_.size());
@@ -66,6 +67,7 @@ class OracleDrafter final : public ForwardingBackend {
     return ForwardingBackend::step(batch);
   }
   int64_t drafts = 0, max_rows = 0;
+  bool active = true;  // false: the head's own drafts (a request the continuation is not for)
 
  private:
   std::vector<int32_t> prompt_, cont_;
@@ -199,6 +201,51 @@ TEST_CASE("a drafter proposing the target's own tokens: tokens per step and a ro
       if (wrong_at == k) CHECK(got.done.decode_steps < N / (double)k + 2);  // k + 1 tokens per step
     }
   }
+}
+
+}  // namespace qrig::test
+
+namespace qrig::test {
+
+TEST_CASE("a stop token inside a verify step ends the output where drafting off does, and the state stays reusable",
+          "[runtime][speculative][fixtures]") {
+  std::mt19937 rng(17);
+  const auto prompt = random_prompt(rng, 12);
+  Result want;
+  {
+    runtime::Engine off(runtime::make_backend(mtp_plan(0, 1)));
+    want = run_all(off, {greedy(prompt, 20)})[0];
+  }
+  REQUIRE(want.tokens.size() == 20);
+  // Stop at the token at index 6: drafts that are all right carry it inside a verify step (k = 4: steps of 5).
+  const int32_t stop = want.tokens[6];
+  const auto first = std::find(want.tokens.begin(), want.tokens.end(), stop) - want.tokens.begin();
+  auto stopping = greedy(prompt, 20);
+  stopping.stop_tokens = {stop};
+  std::vector<Result> base, got;
+  {
+    runtime::Engine off(runtime::make_backend(mtp_plan(0, 1)));
+    base = run_all(off, {stopping});
+    auto next = greedy(concat(concat(prompt, base[0].tokens), {7, 8}), 6);
+    base.push_back(run_all(off, {next})[0]);
+  }
+  {
+    auto backend = std::make_unique<OracleDrafter>(mtp_plan(4, 1), prompt, want.tokens, 4);
+    OracleDrafter* oracle = backend.get();
+    runtime::Engine on(std::move(backend));
+    got = run_all(on, {stopping});
+    oracle->active = false;  // engine thread idle between requests
+    auto next = greedy(concat(concat(prompt, got[0].tokens), {7, 8}), 6);
+    got.push_back(run_all(on, {next})[0]);
+  }
+  CHECK(got[0].tokens.size() == (size_t)first);
+  CHECK(got[0].tokens == base[0].tokens);
+  CHECK(got[0].done.reason == runtime::Finish::stop);
+  CHECK(got[0].done.accepted > 0);
+  // The slot's state held exactly the tokens before the stop: the next prompt reuses them all, as without drafting.
+  CHECK(got[1].done.cached_tokens == base[1].done.cached_tokens);
+  CHECK(got[1].done.cached_tokens == (int64_t)(prompt.size() + first));
+  CHECK(got[1].tokens == base[1].tokens);
 }
 
 }  // namespace qrig::test
