@@ -21,6 +21,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "runtime/backend.h"
+#include "runtime/speculative.h"
 #include "runtime/cpu/executor.h"
 #ifdef QRIG_HAVE_CUDA
 #include "runtime/cuda/executor.h"
@@ -42,6 +43,13 @@ class BenchModel {
   virtual std::string note() const { return {}; }  // a line under the table
   virtual std::vector<runtime::StageStats> stage_stats() const { return {}; }
   virtual void reset_stage_stats() {}
+  // Speculative decoding (plans that draft): one step from `next` with at most `room` drafts; the tokens generated.
+  virtual int draft_tokens() const { return 0; }
+  virtual std::vector<int32_t> run_draft(int32_t next, int64_t room) {
+    (void)next, (void)room;
+    return {};
+  }
+  int64_t drafted = 0, accepted = 0, draft_steps = 0, draft_generated = 0;
 };
 
 class BackendModel final : public BenchModel {
@@ -67,6 +75,13 @@ class BackendModel final : public BenchModel {
     return (int32_t)(std::max_element(l.begin(), l.end()) - l.begin());
   }
   int64_t max_step() const override { return std::max<int64_t>(1, max_); }
+  int draft_tokens() const override { return b_->draft_tokens(); }
+  std::vector<int32_t> run_draft(int32_t next, int64_t room) override {
+    auto t = runtime::spec_greedy_step(*b_, 0, next, room, greedy_.n_real_vocab(), drafted, accepted);
+    ++draft_steps;
+    draft_generated += (int64_t)t.size();
+    return t;
+  }
   std::string backend() const override {
     const ir::Plan& p = b_->plan();
     return p.placement.size() > 1 ? fmt::format("{} pipeline of {} stages", p.backend, p.placement.size()) : p.backend;
@@ -149,11 +164,12 @@ double stddev(const std::vector<double>& v) {
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model", "--gpu-memory-utilization",
-          "--simulate-link-gbps", "--kv"},
+          "--simulate-link-gbps", "--kv", "--draft"},
          {"--no-cuda-graphs"}, {{"-m", "--model"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
-                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--kv k8v3] [--no-cuda-graphs] [--simulate-link-gbps F]");
+                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--kv k8v3] [--draft N] [--no-cuda-graphs] "
+                     "[--simulate-link-gbps F]");
   const auto pps = a.get_int_list("-p", {512});
   const auto tgs = a.get_int_list("-n", {128});
   const auto depths = a.get_int_list("-d", {0});
@@ -172,6 +188,8 @@ int cmd_bench(int argc, char** argv) {
   lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);
   lo.model_override = a.get("--model");
   lo.kv = a.get("--kv");  // key/value cache formats when compiling a .gguf (docs/kv-cache.md)
+  if (a.has("--draft")) lo.draft_tokens = a.get_int("--draft", -1);
+  if (a.has("--draft") && lo.draft_tokens < 0) throw UsageError("--draft must be 0 (off) .. 4");
   const std::string path = a.positional()[0];
   ir::Plan plan = load_or_compile_plan(path, lo);
   if (plan.context_length < need)
@@ -251,7 +269,15 @@ int cmd_bench(int argc, char** argv) {
         int32_t next = prefill(*model, random_tokens(std::max<long long>(d, 1)));
         const auto b0 = model->stage_stats();
         const auto t0 = clock::now();
-        for (long long i = 0; i < n; ++i) next = model->run({next}, true);
+        if (model->draft_tokens() > 0) {  // speculative: each step verifies the MTP head's drafts
+          for (long long i = 0; i < n;) {
+            const auto toks = model->run_draft(next, n - i - 1);
+            i += (long long)toks.size();
+            next = toks.back();
+          }
+        } else {
+          for (long long i = 0; i < n; ++i) next = model->run({next}, true);
+        }
         const double s = std::chrono::duration<double>(clock::now() - t0).count();
         if (r > 0) {
           t.tps.push_back((double)n / s), wall += s;
@@ -277,6 +303,11 @@ int cmd_bench(int argc, char** argv) {
     fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | {} | {:.2f} ± {:.2f} |\n", model_name, (double)bytes / (1 << 30),
                (double)params / 1e9, model->backend(), t.name, mean(t.tps), stddev(t.tps));
   if (const std::string note = model->note(); !note.empty()) fmt::print("\n{}\n", note);
+  if (model->draft_tokens() > 0)
+    fmt::print("\ndraft: {} tokens per step (MTP head): acceptance {:.3f} ({}/{} drafted), {:.2f} tokens per step in "
+               "the tg tests (warm-up runs included)\n", model->draft_tokens(),
+               model->drafted > 0 ? (double)model->accepted / (double)model->drafted : 0.0, model->accepted,
+               model->drafted, model->draft_steps > 0 ? (double)model->draft_generated / (double)model->draft_steps : 0.0);
   if (!stage_rows.empty()) {
     fmt::print("\n| test | stage | busy share | bridge ms/token |\n| --- | --- | ---: | ---: |\n");
     for (const auto& r : stage_rows)

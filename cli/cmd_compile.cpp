@@ -41,6 +41,10 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
     if (!opt.kv.empty())
       throw UsageError(fmt::format("--kv {}: {} is a plan directory, its cache formats are decided (qrig compile --kv)",
                                    opt.kv, src.path));
+    if (opt.draft_tokens >= 0)
+      throw UsageError(fmt::format("--draft {}: {} is a plan directory, its draft tokens are decided (qrig compile "
+                                   "--draft; a request turns drafting off with \"draft\": false)",
+                                   opt.draft_tokens, src.path));
     ir::Plan p = ir::Plan::read(src.path);
     std::string note;
     locate_plan_model(p, src.path, opt.model_override, &note);
@@ -61,6 +65,7 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.max_logit_rows = opt.max_logit_rows;
   co.ptx_jit = opt.ptx_jit;
   co.kv = opt.kv;
+  co.draft_tokens = opt.draft_tokens;
   if (opt.gpu_memory_utilization > 0) co.gpu_memory_utilization = opt.gpu_memory_utilization;
   ir::Plan p = compiler::compile(f, rig, co);
   print_warnings(p);
@@ -80,14 +85,14 @@ std::string backend_for_ngl(const Args& a, const std::string& backend) {
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows",
-          "--gpu-memory-utilization", "--micro-batch", "--kv"},
+          "--gpu-memory-utilization", "--micro-batch", "--kv", "--draft"},
          {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--ptx"},
          {{"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-b", "--batch"}, {"--batch-size", "--batch"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
                      "[--backend cpu|cuda] [--gpus N] [--micro-batch N] [--gpu-memory-utilization F] "
-                     "[--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--precise | --precise-rows N] [--emulate-dp4a] "
-                     "[--no-cuda-graphs] [--ptx] [--no-precompile]");
+                     "[--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--draft N] [--precise | --precise-rows N] "
+                     "[--emulate-dp4a] [--no-cuda-graphs] [--ptx] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   const ModelSource src = resolve_model(a.positional()[0]);
@@ -112,6 +117,8 @@ int cmd_compile(int argc, char** argv) {
   co.ptx_jit = a.has("--ptx");
   co.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", co.gpu_memory_utilization);
   co.kv = a.get("--kv");
+  co.draft_tokens = a.has("--draft") ? a.get_int("--draft", -1) : -1;
+  if (a.has("--draft") && co.draft_tokens < 0) throw UsageError("--draft must be 0 (off) .. 4");
   ir::Plan plan = compiler::compile(f, rig, co);
 #ifdef QRIG_HAVE_CUDA
   if (plan.backend == "cuda") {
@@ -126,7 +133,8 @@ int cmd_compile(int argc, char** argv) {
   }
 #endif
   plan.write(out);
-  fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops) for {} on rig '{}'\n", out, out, plan.graph.ops.size(),
+  fmt::print("wrote {}/plan.toml and {}/graph.ir ({} ops){} for {} on rig '{}'\n", out, out, plan.graph.ops.size(),
+             plan.draft_tokens > 0 ? fmt::format(" and {}/draft.ir ({} ops)", out, plan.draft.ops.size()) : "",
              plan.backend, plan.rig_name);
   for (const auto& n : plan.notes) fmt::print("  {}\n", n);
   if (plan.backend == "cuda" && !a.has("--no-precompile")) {
@@ -176,6 +184,12 @@ int cmd_inspect(int argc, char** argv) {
       fmt::print("{}\n", f.kv == kv_spelling(p.k_dtype, p.v_dtype) ? "  <- this plan" : "");
     }
   }
+  if (p.draft_tokens > 0)
+    fmt::print("draft     {} tokens per step from the MTP head ({} ops in draft.ir): its cache {} bytes per token, "
+               "{:.2f} MiB of rollback states per sequence (why: notes)\n", p.draft_tokens, p.draft.ops.size(),
+               p.memory.draft_kv_bytes_per_token, mib(p.memory.draft_rollback_bytes));
+  else
+    fmt::print("draft     off (speculative decoding; why: notes)\n");
   if (p.backend == "cuda") fmt::print("decode    CUDA graphs {}\n", p.decode_graphs ? "on" : "off");
   if (p.placement.size() == 1) {
     fmt::print("placement {}: layers {}-{}\n", p.placement[0].device, p.placement[0].first_layer,
@@ -233,6 +247,7 @@ int cmd_inspect(int argc, char** argv) {
   fmt::print("\nnotes:\n");
   for (const auto& n : p.notes) fmt::print("  - {}\n", n);
   if (a.has("--graph")) fmt::print("\n{}", ir::print(p.graph));
+  if (a.has("--graph") && p.draft_tokens > 0) fmt::print("\n{}", ir::print(p.draft));
   return 0;
 }
 

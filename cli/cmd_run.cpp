@@ -52,7 +52,7 @@ const std::set<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "-
 int cmd_run(int argc, char** argv) {
   std::set<std::string> flags = kSamplingFlags;
   flags.insert({"-p", "--prompt", "-n", "--n-predict", "--system", "--rig", "--ctx", "--backend", "--stop", "-f",
-                "--model", "--gpu-memory-utilization", "--n-gpu-layers", "--kv"});
+                "--model", "--gpu-memory-utilization", "--n-gpu-layers", "--kv", "--draft"});
   // llama-cli's spellings of the same flags.
   Args a(argc, argv, 2, flags, {"--chat", "--no-think", "--quiet", "--parse-special", "--no-cuda-graphs", "--ptx"},
          {{"-m", "--model"}, {"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-ngl", "--n-gpu-layers"}});
@@ -80,6 +80,8 @@ int cmd_run(int argc, char** argv) {
   lo.ptx_jit = a.has("--ptx");
   lo.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", 0);
   lo.kv = a.get("--kv");
+  if (a.has("--draft")) lo.draft_tokens = a.get_int("--draft", -1);
+  if (a.has("--draft") && lo.draft_tokens < 0) throw UsageError("--draft must be 0 (off) .. 4");
   std::string model = a.positional().empty() ? a.get("--model") : a.positional()[0];
   if (!a.positional().empty()) lo.model_override = a.get("--model");
   if (model.empty()) model = builtin_model_path();
@@ -164,6 +166,12 @@ int cmd_run(int argc, char** argv) {
                result.generated_tokens, result.generation_ms,
                result.generation_ms > 0 ? 1000.0 * (double)(result.generated_tokens - 1) / result.generation_ms : 0.0,
                reason);
+  if (!a.has("--quiet") && plan.draft_tokens > 0)
+    fmt::print(stderr, "draft: {} tokens per step planned | acceptance {:.3f} ({}/{} drafted) | {:.2f} tokens per step "
+               "({} tokens in {} steps)\n", plan.draft_tokens,
+               result.drafted > 0 ? (double)result.accepted / (double)result.drafted : 0.0, result.accepted,
+               result.drafted, result.decode_steps > 0 ? (double)result.generated_tokens / (double)result.decode_steps : 0.0,
+               result.generated_tokens, result.decode_steps);
   return 0;
 }
 

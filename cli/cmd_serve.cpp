@@ -60,6 +60,9 @@ const Option kOptions[] = {
     {"--kv", "QRIG_KV", "", "key/value cache formats when compiling a .gguf: k16v16, k8v8, k8v3, k3v3, ... (default: the most precise pair that fits)"},
     {"--gpu-memory-utilization", "QRIG_GPU_MEMORY_UTILIZATION", "0.92",
      "fraction of each GPU's memory a compiled plan may use (.gguf only; the runtime needs ~0.6 GiB beyond the plan)"},
+    {"--draft", "QRIG_DRAFT", "-1",
+     "draft tokens per step of speculative decoding with the model's MTP head, 0 off (-1: the compiler's cost model; "
+     ".gguf only; a request sets \"draft\": false to decode without)"},
     {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
     {"--metrics-compat", "QRIG_METRICS_COMPAT", "", "also name metrics as llama-server and/or vLLM do: llamacpp,vllm"},
 };
@@ -181,6 +184,7 @@ int cmd_serve(int argc, char** argv) {
   // Checked before anything starts: a bad value is a usage error, not a failed load.
   const long long ctx_tokens = set.integer("--ctx", 0, 1ll << 40);
   const double gpu_fraction = set.number("--gpu-memory-utilization", 0.01, 1.0);
+  const long long draft_tokens = set.integer("--draft", -1, 4);
 
   // The model: the positional (or QRIG_MODEL), or --model; with a plan directory --model is its model file.
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";
@@ -193,7 +197,7 @@ int cmd_serve(int argc, char** argv) {
   if (!model_override.empty() && !plan_dir)
     throw UsageError(fmt::format("give the model once: {} and --model {}", model_path, model_override));
   if (plan_dir)
-    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization", "--kv"})
+    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization", "--kv", "--draft"})
       if (set.given(set.find(f)) || (std::string(f) == "--backend" && !backend.empty()))
         throw UsageError(fmt::format("{} applies when compiling a .gguf; the plan {} fixes it (recompile with qrig compile)",
                                      f, model_path));
@@ -260,14 +264,16 @@ int cmd_serve(int argc, char** argv) {
     lo.gpu_memory_utilization = gpu_fraction;
     lo.model_override = model_override;
     lo.kv = set.str("--kv");
+    lo.draft_tokens = draft_tokens;
     if (builtin) {
       model_path = builtin_model_path();
       if (!set.given(set.find("--ctx"))) lo.context_length = 8192;
     }
     ir::Plan plan = load_or_compile_plan(model_path, lo);
-    fmt::print(stderr, "qrig serve: {} {}: {} backend, context {} tokens x {} slots\n",
+    fmt::print(stderr, "qrig serve: {} {}: {} backend, context {} tokens x {} slots{}\n",
                plan_dir ? "plan" : "compiled a plan for", plan_dir ? model_path : plan.model_path, plan.backend,
-               plan.context_length, plan.max_sequences);
+               plan.context_length, plan.max_sequences,
+               plan.draft_tokens > 0 ? fmt::format(", {} draft tokens per step (MTP head)", plan.draft_tokens) : "");
     auto model = std::make_shared<server::ServedModel>();
     {
       gguf::File f = gguf::File::open(plan.model_path);

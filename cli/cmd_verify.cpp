@@ -219,12 +219,12 @@ std::vector<SequenceReport> verify_reference(ModelRunner& ex, const gguf::File& 
 }
 
 int cmd_verify(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1", "--dump", "--model", "--kv"},
+  Args a(argc, argv, 2, {"--backend", "--tol", "--rig", "--split", "--min-top1", "--dump", "--model", "--kv", "--draft"},
          {"--emulate-dp4a", "--precise", "--ptx"});
   if (a.positional().size() != 2)
     throw UsageError("usage: qrig verify MODEL.gguf|PLAN_DIR REF.gguf [--rig RIG.toml] [--backend cpu|cuda] [--tol X] "
-                     "[--min-top1 F] [--split N] [--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--emulate-dp4a] [--precise] [--ptx] "
-                     "[--dump FILE]");
+                     "[--min-top1 F] [--split N] [--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--draft N] [--emulate-dp4a] "
+                     "[--precise] [--ptx] [--dump FILE]");
   const bool precise = a.has("--precise");
   const bool emulate = a.has("--emulate-dp4a");
   LoadOptions lo;
@@ -237,6 +237,8 @@ int cmd_verify(int argc, char** argv) {
   lo.ptx_jit = a.has("--ptx");
   lo.model_override = a.get("--model");
   lo.kv = a.get("--kv");
+  if (a.has("--draft")) lo.draft_tokens = a.get_int("--draft", -1);
+  if (a.has("--draft") && lo.draft_tokens < 0) throw UsageError("--draft must be 0 (off) .. 4");
   const bool dir = resolve_model(a.positional()[0]).plan;
   if ((precise || emulate || lo.ptx_jit || !lo.kv.empty()) && dir)
     throw UsageError("--precise, --emulate-dp4a, --ptx and --kv compile the .gguf; a plan directory has its own numerics, "
@@ -264,6 +266,8 @@ int cmd_verify(int argc, char** argv) {
   }
   const double tol = a.get_float("--tol", std::max(kv_tol, q8_everywhere ? 1e-1 : q8 ? 5e-3 : 1e-4));
   const double min_top1 = a.get_float("--min-top1", std::min(kv_top1, q8_everywhere ? 0.9 : 0.99));
+  gguf::File ref = gguf::File::open(a.positional()[1]);
+  if (is_draft_reference(ref)) return verify_draft_reference(plan, ref, a.get_float("--tol", 1e-4), a.get_int("--split", 0));
   std::unique_ptr<ModelRunner> runner;
   if (plan.backend == "cpu") {
     runner = std::make_unique<CpuRunner>(plan);
@@ -274,7 +278,6 @@ int cmd_verify(int argc, char** argv) {
     throw runtime::RuntimeError(fmt::format("backend '{}' is not available in this build of qrig", plan.backend));
 #endif
   }
-  gguf::File ref = gguf::File::open(a.positional()[1]);
   std::vector<float> dump;
   auto reports = verify_reference(*runner, ref, a.get_int("--split", 0), a.has("--dump") ? &dump : nullptr);
   if (a.has("--dump")) {

@@ -42,6 +42,7 @@ struct LoadOptions {
   double gpu_memory_utilization = 0;  // CompileOptions::gpu_memory_utilization; 0: its default
   std::string model_override;  // --model: a plan directory's model file at a new place
   std::string kv;              // CompileOptions::kv (--kv k8v3); "" lets the compiler choose
+  int64_t draft_tokens = -1;   // CompileOptions::draft_tokens (--draft N); -1 lets the draft pass choose
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
 

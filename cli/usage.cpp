@@ -40,6 +40,8 @@ const Usage kUsages[] = {
      "  --gpu-memory-utilization F    fraction of each GPU's memory the plan may use [0.92]\n"
      "  --kv k8v3                     key and value cache formats k<bits>v<bits>, bits 16 (f16), 8 (q8), 4 (t4),\n"
      "                                3 (t3), 32 (f32) [the most precise pair that fits; CUDA: f16, q8, t4, t3 alike]\n"
+     "  --draft N                     draft tokens per step of speculative decoding with the model's MTP head, 0 off\n"
+     "                                [the draft pass's cost model; CPU plans of one stage only so far]\n"
      "  --precise | --precise-rows N  two-plane int8 activations in every GPU matmul / in matmuls of at most N rows [4]\n"
      "  --emulate-dp4a                a CPU plan computing the GPU family's numerics\n"
      "  --no-cuda-graphs              decode kernel by kernel\n"
@@ -51,12 +53,14 @@ const Usage kUsages[] = {
     {"verify",
      "usage: qrig verify MODEL.gguf|DIR|PLAN_DIR REF.gguf [options]\n"
      "Runs every sequence of a reference file and compares the logits (max relative error, top-1 agreement, mean KL\n"
-     "divergence of the next-token distribution); exit 0 within tolerance.\n"
+     "divergence of the next-token distribution); exit 0 within tolerance. A draft reference (mtp_logits.<seq>) checks\n"
+     "the plan's MTP draft head instead: its logits and intermediates per row, on the engine's hidden and alone.\n"
      "  --rig RIG.toml, --backend cpu|cuda   how to compile a .gguf (default: the CPU)\n"
      "  --model PATH                         a plan directory's model file at a new place\n"
      "  --tol X, --min-top1 F                tolerance (max |error| / max |logit|) and top-1 agreement minimum\n"
      "  --split N                            prefill N tokens, decode the rest one by one\n"
      "  --kv k8v3                            compile the .gguf with these key/value cache formats (and their floor)\n"
+     "  --draft N                            compile the .gguf with N draft tokens (a draft reference needs N > 0)\n"
      "  --emulate-dp4a, --precise            the GPU family's numerics on the CPU; two-plane activations everywhere\n"
      "  --dump FILE                          write every position's logits (raw f32)\n"},
     {"run",
@@ -68,8 +72,8 @@ const Usage kUsages[] = {
      "  -n, --n-predict N             tokens to generate at most\n"
      "  --temp T, --top-k K, --top-p P, --min-p P, --presence-penalty X, --frequency-penalty X,\n"
      "  --repeat-penalty X, --seed S, --stop STR   sampling\n"
-     "  --rig RIG.toml, --backend cpu|cuda, --ctx N (-c, --ctx-size), --gpu-memory-utilization F, --kv k8v3\n"
-     "                                compiling a .gguf\n"
+     "  --rig RIG.toml, --backend cpu|cuda, --ctx N (-c, --ctx-size), --gpu-memory-utilization F, --kv k8v3,\n"
+     "  --draft N                     compiling a .gguf (--draft: speculative decoding; its acceptance is printed)\n"
      "  -m, --model PATH              the model (or a plan directory's model file at a new place)\n"
      "  --no-cuda-graphs, --quiet\n"},
     {"tokenize",
@@ -83,7 +87,8 @@ const Usage kUsages[] = {
      "llama-bench's tests: ppN prefills N random tokens, tgN decodes N tokens; a markdown table of t/s.\n"
      "  -p 512,4096   prompt lengths      -n 128   generation lengths      -d 0,32768   depths      -r 3   repetitions\n"
      "  --json FILE   every sample as JSON\n"
-     "  --rig RIG.toml, --backend cpu|cuda, --ctx N, --gpu-memory-utilization F, --kv k8v3   compiling a .gguf\n"
+     "  --rig RIG.toml, --backend cpu|cuda, --ctx N, --gpu-memory-utilization F, --kv k8v3, --draft N   compiling a .gguf\n"
+     "                (a plan that drafts runs tg speculatively and prints acceptance and tokens per step)\n"
      "  --model PATH  a plan directory's model file at a new place\n"
      "  --seed N, --no-cuda-graphs\n"},
     {"probe",

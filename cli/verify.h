@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "ir/plan.h"
 #include "runtime/errors.h"
 
 namespace qrig::cli {
@@ -37,5 +38,11 @@ class ModelRunner {
 // sequence in the reference's order (qrig verify --dump: two runs' dumps compare bit for bit).
 std::vector<SequenceReport> verify_reference(ModelRunner& model, const gguf::File& ref, int64_t split,
                                              std::vector<float>* dump = nullptr);
+
+// A draft reference (mtp_logits.<seq> and the head's intermediates, cli/verify_draft.cpp).
+bool is_draft_reference(const gguf::File& ref);
+// Checks the plan's MTP draft head against it on the CPU, printing a line per sequence and a summary; returns the
+// exit status (0: every row's logits and intermediates within tol). Throws RuntimeError for a plan without one.
+int verify_draft_reference(const ir::Plan& plan, const gguf::File& ref, double tol, int64_t split);
 
 }  // namespace qrig::cli

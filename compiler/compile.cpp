@@ -39,7 +39,7 @@ ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& o
   }
   if (cx.params.n_mtp > 0)
     p.notes.push_back("model: MTP block present (blk." + std::to_string(cx.params.n_layer) +
-                      "), kept aside: speculative decoding is not implemented yet");
+                      "): the draft head of speculative decoding (the draft pass below decides)");
   if (options.max_batch_tokens < 0 || options.max_batch_tokens > 65536)
     throw CompileError(fmt::format("tokens per step (--batch) must be in 1..65536, not {}", options.max_batch_tokens));
   if (options.max_sequences < 1 || options.max_sequences > 4096)
@@ -68,8 +68,10 @@ ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& o
   passes::fuse_norm_quant(cx);
   passes::stack_matmuls(cx);
   passes::choose_kernels(cx);
+  passes::plan_draft(cx);
   passes::plan_memory(cx);
   ir::verify(p.graph);
+  if (p.draft_tokens > 0) ir::verify(p.draft);
   return p;
 }
 

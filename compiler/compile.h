@@ -46,6 +46,9 @@ struct CompileOptions {
   double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
   // Key and value cache formats, spelled "k8v3" (kernels/kv_format.h); "" lets the KV-format pass choose.
   std::string kv;
+  // Draft tokens per step of speculative decoding with the model's MTP head (0: off, 1..4); -1: the draft pass's
+  // cost model decides (off where drafting is not implemented: CUDA, pipelines).
+  int64_t draft_tokens = -1;
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.

@@ -148,13 +148,24 @@ Qwen35Params Qwen35Params::from_gguf(const gguf::File& f) {
       check_tensor(f, n("ssm_out"), {p.value_dim(), p.d}, true);
     }
   }
-  // The MTP block(s): recognised and checked, kept aside for speculative decoding (not lowered yet).
+  // The MTP block(s): recognised and checked; the first is the draft head of speculative decoding (plan_draft.cpp).
   for (int64_t L = p.n_layer; L < blocks; ++L) {
     auto n = [&](const char* t) { return fmt::format("blk.{}.{}.weight", L, t); };
     check_tensor(f, n("nextn.eh_proj"), {2 * p.d, p.d}, true);
     check_tensor(f, n("nextn.enorm"), {p.d}, false);
     check_tensor(f, n("nextn.hnorm"), {p.d}, false);
+    check_tensor(f, n("nextn.shared_head_norm"), {p.d}, false);
     check_tensor(f, n("attn_q"), {p.d, 2 * hq * hd}, true);
+    check_tensor(f, n("attn_k"), {p.d, hkv * hd}, true);
+    check_tensor(f, n("attn_v"), {p.d, hkv * hd}, true);
+    check_tensor(f, n("attn_output"), {hq * hd, p.d}, true);
+    check_tensor(f, n("attn_q_norm"), {hd}, false);
+    check_tensor(f, n("attn_k_norm"), {hd}, false);
+    check_tensor(f, n("attn_norm"), {p.d}, false);
+    check_tensor(f, n("post_attention_norm"), {p.d}, false);
+    check_tensor(f, n("ffn_gate"), {p.d, p.ffn}, true);
+    check_tensor(f, n("ffn_up"), {p.d, p.ffn}, true);
+    check_tensor(f, n("ffn_down"), {p.ffn, p.d}, true);
   }
   // Every matrix type of the file (a Q4_K_M download mixes Q4_K and Q6_K), in type-id order.
   std::vector<bool> seen(64, false);

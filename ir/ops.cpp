@@ -39,6 +39,8 @@ const std::vector<OpSchema>& op_schemas() {
         {OpKind::bridge, "bridge", 1, 1, {"from", "to"},
          "the same rows on the next pipeline stage: copied from device `from` to device `to` through pinned host "
          "memory (the op runs on `to`; its argument was made on `from`)"},
+        {OpKind::concat, "concat", 2, 1, {},
+         "each row of the first argument followed by the same row of the second (widths add)"},
     };
     for (size_t i = 0; i < s.size(); ++i)
       if ((size_t)s[i].kind != i) throw std::logic_error("ir::op_schemas is not in OpKind order");

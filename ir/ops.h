@@ -37,8 +37,9 @@ enum class OpKind : unsigned char {
   attention,
   gather_rows,
   bridge,         // a value crossing from one pipeline stage (device) to the next, through pinned host memory
+  concat,         // rows of two values side by side (the MTP head's [enorm(e) ; hnorm(h)])
 };
-constexpr size_t kOpKindCount = (size_t)OpKind::bridge + 1;
+constexpr size_t kOpKindCount = (size_t)OpKind::concat + 1;
 
 struct OpSchema {
   OpKind kind;

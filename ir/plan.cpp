@@ -130,12 +130,14 @@ std::string Plan::to_toml() const {
                         {"pipeline_decode_group_rows", pipeline_decode_group_rows},
                         {"gdn_chunk", gdn_chunk}, {"gdn_recurrent_below", gdn_recurrent_below},
                         {"precise_rows", precise_rows}, {"k_dtype", k_dtype}, {"v_dtype", v_dtype},
-                        {"decode_graphs", decode_graphs}, {"threads", threads}};
+                        {"decode_graphs", decode_graphs}, {"threads", threads}, {"draft_tokens", draft_tokens}};
   toml::table mem{{"weight_bytes", memory.weight_bytes}, {"kv_bytes_per_token", memory.kv_bytes_per_token},
                   {"state_bytes_per_sequence", memory.state_bytes_per_sequence},
                   {"activation_bytes", memory.activation_bytes}, {"budget_bytes", memory.budget_bytes},
                   {"snapshot_bytes", memory.snapshot_bytes}, {"snapshots_per_slot", memory.snapshots_per_slot},
-                  {"bridge_host_bytes", memory.bridge_host_bytes}};
+                  {"bridge_host_bytes", memory.bridge_host_bytes},
+                  {"draft_kv_bytes_per_token", memory.draft_kv_bytes_per_token},
+                  {"draft_rollback_bytes", memory.draft_rollback_bytes}};
   toml::array devs;
   for (const DeviceMemory& d : memory.devices)
     devs.push_back(toml::table{{"device", d.device}, {"weights", d.weights}, {"arena", d.arena}, {"io", d.io},
@@ -171,6 +173,8 @@ std::string Plan::to_toml() const {
 void Plan::write(const std::string& dir) const {
   std::filesystem::create_directories(dir);
   write_file(dir + "/graph.ir", print(graph));
+  if (draft_tokens > 0) write_file(dir + "/draft.ir", print(draft));
+  else std::filesystem::remove(dir + "/draft.ir");
   write_file(dir + "/plan.toml", to_toml());
 }
 
@@ -237,6 +241,7 @@ Plan Plan::read(const std::string& dir) {
   p.v_dtype = dec.one_of("v_dtype", kKvTypes);
   p.decode_graphs = dec.boolean("decode_graphs");
   p.threads = dec.integer("threads", 0, 4096);
+  p.draft_tokens = dec.integer("draft_tokens", 0, 4, false, 0);
 
   const Fields mem{table(t, "memory", file), file + " [memory]"};
   p.memory.weight_bytes = mem.integer("weight_bytes", 0, kMaxBytes);
@@ -247,6 +252,8 @@ Plan Plan::read(const std::string& dir) {
   p.memory.snapshot_bytes = mem.integer("snapshot_bytes", 0, kMaxBytes);
   p.memory.snapshots_per_slot = mem.integer("snapshots_per_slot", 0, 1024);
   p.memory.bridge_host_bytes = mem.integer("bridge_host_bytes", 0, kMaxBytes, false, 0);
+  p.memory.draft_kv_bytes_per_token = mem.integer("draft_kv_bytes_per_token", 0, kMaxBytes, false, 0);
+  p.memory.draft_rollback_bytes = mem.integer("draft_rollback_bytes", 0, kMaxBytes, false, 0);
   if (const toml::node* n = mem.t.get("device")) {
     const toml::array* arr = n->as_array();
     if (!arr) throw Error(fmt::format("{}: [[memory.device]] must be an array of tables", file));
@@ -363,6 +370,20 @@ Plan Plan::read(const std::string& dir) {
     verify(p.graph);
   } catch (const Error& e) {
     throw Error(fmt::format("{}/graph.ir: {}", dir, e.what()));
+  }
+  if (p.draft_tokens > 0) {
+    try {
+      p.draft = parse(read_file(dir + "/draft.ir"));
+      verify(p.draft);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}/draft.ir: {}", dir, e.what()));
+    }
+    if (p.backend != "cpu" || p.placement.size() != 1)
+      throw Error(fmt::format("{}: draft_tokens = {}: speculative decoding runs on one-stage CPU plans only", file,
+                              p.draft_tokens));
+    for (const Op& op : p.draft.ops)
+      if (!op.has("device") || op.s("device") != p.placement.back().device)
+        throw Error(fmt::format("{}/draft.ir: {} is not on the last stage's device", dir, op.describe()));
   }
   // The caches' element types are the plan's k_dtype / v_dtype (a hand edit must change both).
   for (const State& st : p.graph.states) {

@@ -57,6 +57,10 @@ struct MemoryPlan {
   int64_t snapshot_bytes = 0;            // one snapshot (a sequence's recurrent state)
   int64_t snapshots_per_slot = 0;        // prefix-cache snapshots the engine may hold per slot
   int64_t bridge_host_bytes = 0;         // pipelines: pinned host buffers between stages (two per boundary)
+  // Speculative decoding (Plan::draft_tokens > 0), per sequence and included in the devices' states: the MTP
+  // head's own key and value cache per token, and the recurrent states a verify step keeps for a rollback.
+  int64_t draft_kv_bytes_per_token = 0;
+  int64_t draft_rollback_bytes = 0;
   std::vector<DeviceMemory> devices;     // per device of the placement
   std::vector<KvFit> kv_fits;            // the KV-format pass's candidates (and the formats it could not use)
 };
@@ -117,6 +121,12 @@ struct Plan {
   bool decode_graphs = false;  // decode steps run as CUDA graphs (captured once per shape, then replayed)
   int64_t threads = 0;         // cpu threads (0 = all cores)
   int64_t vocab_real = 0;      // tokens that may be sampled
+  // Speculative decoding with the model's MTP head (docs/speculative.md): draft tokens per step (0: off), and the
+  // head's graph (draft.ir; empty when off): inputs %tokens (the token after each row's position), %pos (the
+  // head's own cache positions), %rows, %hidden (the main model's value named by its `hidden_from` attribute);
+  // output %logits.
+  int64_t draft_tokens = 0;
+  Graph draft;
   std::vector<Placement> placement;
   MemoryPlan memory;
   std::vector<KernelChoice> kernels;

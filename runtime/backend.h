@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct StepInput {
   int slot = 0;
   std::vector<int32_t> tokens;  // appended at the slot's current position
   bool want_logits = false;     // logits of the last of these tokens
+  // Speculative decoding (runtime/speculative.h): a verify step wants the logits of its last logit_rows tokens
+  // (logit_rows x vocab_rows floats, in order), and the backend keeps what rollback() needs to return the slot to
+  // any position inside the step. Backends without drafting (draft_tokens() == 0) accept only 1.
+  int32_t logit_rows = 1;
 };
 
 // Saved recurrent state of a slot at a position. KV caches are append-only by position, so restoring a
@@ -66,6 +71,28 @@ class Backend {
     (void)select;
     top.assign(batch.size(), std::nullopt);
     return step(batch);
+  }
+  // Speculative decoding with the plan's MTP draft head (runtime/speculative.h, docs/speculative.md): the most draft
+  // tokens per step (the plan's draft_tokens; 0: this backend does not draft, and the two calls below throw).
+  virtual int draft_tokens() const { return 0; }
+  // Whether draft() can run for the slot now (its draft head has seen every token of the slot's state).
+  virtual bool can_draft(int slot) const {
+    (void)slot;
+    return false;
+  }
+  // Runs the draft head k times for `slot`, whose next token `next` is not in its state yet: each draft token is
+  // what `pick` chooses from the head's logits (vocab_rows() floats). The slot's state is unchanged (the head's own
+  // cache gets the rows of the tokens the slot has seen). Returns the k drafted tokens.
+  using DraftPick = std::function<int32_t(const float* logits)>;
+  virtual std::vector<int32_t> draft(int slot, int32_t next, int k, const DraftPick& pick) {
+    (void)slot, (void)next, (void)k, (void)pick;
+    throw std::logic_error("this backend does not draft");
+  }
+  // After a step whose input for `slot` had logit_rows > 1 and started at position p with T tokens: the slot back
+  // at `position` in p + 1 .. p + T, exactly as if only the first position - p tokens had been run.
+  virtual void rollback(int slot, int64_t position) {
+    (void)slot, (void)position;
+    throw std::logic_error("this backend does not draft");
   }
   virtual std::shared_ptr<Snapshot> save(int slot) const = 0;
   virtual void restore(int slot, const Snapshot& snap) = 0;

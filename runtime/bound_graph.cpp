@@ -9,15 +9,20 @@
 
 namespace qrig::runtime {
 
-BoundGraph::BoundGraph(const ir::Plan& plan) {
-  const ir::Graph& g = plan.graph;
+BoundGraph::BoundGraph(const ir::Plan& plan, const ir::Graph& g) {
   std::map<std::string, int> id;
-  const char* inputs[] = {"tokens", "pos", "rows"};
-  if (g.inputs.size() != 3) throw RuntimeError("graph inputs must be %tokens, %pos, %rows");
-  for (size_t i = 0; i < 3; ++i) {
-    if (g.inputs[i].name != inputs[i]) throw RuntimeError("graph inputs must be %tokens, %pos, %rows (in this order)");
+  const char* inputs[] = {"tokens", "pos", "rows", "hidden"};
+  has_hidden = g.inputs.size() == 4;
+  if (g.inputs.size() != 3 && !has_hidden)
+    throw RuntimeError("graph inputs must be %tokens, %pos, %rows (and a draft graph's %hidden)");
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    if (g.inputs[i].name != inputs[i])
+      throw RuntimeError("graph inputs must be %tokens, %pos, %rows (and a draft graph's %hidden), in this order");
     id[inputs[i]] = (int)values.size();
-    values.push_back({inputs[i], g.inputs[i].type, 1, i == 2});
+    const auto& shape = g.inputs[i].type.shape;
+    const int64_t width = i < 3 ? 1 : shape.size() == 2 && shape[0] == ir::kTokens && shape[1] > 0 ? shape[1] : 0;
+    if (width == 0) throw RuntimeError("a draft graph's %hidden must be [T, width]");
+    values.push_back({inputs[i], g.inputs[i].type, width, i == 2});
   }
   std::map<std::string, int> state_id;
   for (const auto& st : g.states) {

@@ -39,13 +39,16 @@ struct BoundOp {
 };
 
 struct BoundGraph {
-  static constexpr int kTokens = 0, kPos = 1, kRows = 2;
+  static constexpr int kTokens = 0, kPos = 1, kRows = 2, kHidden = 3;
   std::vector<BoundValue> values;
   std::vector<BoundState> states;
   std::vector<BoundOp> ops;
   int logits = -1;  // value id of %logits
+  bool has_hidden = false;  // a draft graph (Plan::draft): a fourth input %hidden [T, width] (value kHidden)
 
-  explicit BoundGraph(const ir::Plan& plan);  // throws RuntimeError naming the op or value at fault
+  explicit BoundGraph(const ir::Plan& plan) : BoundGraph(plan, plan.graph) {}
+  // The plan's graph or its draft graph; throws RuntimeError naming the op or value at fault.
+  BoundGraph(const ir::Plan& plan, const ir::Graph& g);
   int64_t width(int value) const { return values.at((size_t)value).width; }
 };
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "runtime/errors.h"
+#include "runtime/speculative.h"
 
 namespace qrig::runtime {
 
@@ -54,6 +55,8 @@ struct Engine::Active {
   bool in_generation = false;
   Clock::time_point start, admitted, first_token;  // admitted: a slot took it (start until then: the queue)
   std::vector<int32_t> history;  // tokens in the slot's state, for prefix reuse after the request
+  SpecState spec;                // speculative decoding (speculative.h)
+  int64_t decode_steps = 0;      // steps that produced generated tokens
 };
 
 // What a free slot still holds: the tokens its state has seen, and snapshots of the recurrent state at the
@@ -101,6 +104,7 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request req, Callbacks cb) c
   auto a = std::make_unique<Active>();
   a->sampler = std::make_unique<Sampler>(req.sampling, (int32_t)backend_->plan().vocab_real);
   if (req.min_tokens > 0) a->sampler->set_suppressed(req.stop_tokens);  // throws for ids outside the vocabulary
+  spec_begin(a->spec, *backend_, req.draft, req.sampling);
   a->req = std::move(req);
   a->cb = std::move(cb);
   return a;
@@ -174,6 +178,9 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
   d.prompt_tokens = (int64_t)a.req.prompt.size();
   d.cached_tokens = a.cached;
   d.generated_tokens = a.generated;
+  d.decode_steps = a.decode_steps;
+  d.drafted = a.spec.drafted;
+  d.accepted = a.spec.accepted;
   if (a.in_generation) {
     d.prompt_ms = std::chrono::duration<double, std::milli>(a.first_token - a.start).count();
     d.generation_ms = std::chrono::duration<double, std::milli>(Clock::now() - a.first_token).count();
@@ -190,6 +197,9 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
     stats_.cached_tokens_total += a.cached;
     stats_.prompt_seconds_total += d.prompt_ms / 1000.0;
     stats_.generation_seconds_total += d.generation_ms / 1000.0;
+    stats_.decode_steps_total += d.decode_steps;
+    stats_.drafted_total += d.drafted;
+    stats_.accepted_total += d.accepted;
     // Its slot is free from here on (release() follows): a client told of the end below and asking for the stats
     // at once (GET /health, /metrics) must not see the request still running.
     if (a.slot >= 0 && (size_t)a.slot < active_.size() && active_[(size_t)a.slot].get() == &a && stats_.running > 0)
@@ -381,13 +391,13 @@ bool Engine::update_running_locked() {
   return idle;
 }
 
-bool Engine::consume_row(Active& a, const float* row, const TopCandidates* top, const std::vector<bool>* allowed,
-                         const std::string& mask_error) {
+bool Engine::sample_row(Active& a, const float* row, const TopCandidates* top, const std::vector<bool>* allowed,
+                        const std::string& mask_error, TokenEvent& ev, std::string& error,
+                        const std::function<int32_t()>& pick) {
   const int64_t V = backend_->vocab_rows();
-  int32_t tok;
-  TokenEvent ev;
   try {
     if (!mask_error.empty()) throw std::runtime_error(mask_error);
+    int32_t tok;
     if (top) {  // candidates selected on the device: the same draw as from the logits
       tok = a.sampler->sample_top(*top);
       ev.token = tok;
@@ -396,7 +406,7 @@ bool Engine::consume_row(Active& a, const float* row, const TopCandidates* top, 
         if (a.req.top_logprobs > 0) ev.top = a.sampler->top_logprobs_top(*top, a.req.top_logprobs);
       }
     } else {
-      tok = a.sampler->sample(row, (int32_t)V, allowed);
+      tok = pick ? pick() : a.sampler->sample(row, (int32_t)V, allowed);
       ev.token = tok;
       if (a.req.top_logprobs >= 0) {
         ev.logprob = a.sampler->logprob(row, (int32_t)V, tok, allowed);
@@ -406,10 +416,14 @@ bool Engine::consume_row(Active& a, const float* row, const TopCandidates* top, 
     a.sampler->accept(tok);
     if (a.req.constraint) a.req.constraint->accept(tok);
   } catch (const std::exception& e) {
-    finish(a, Finish::error, e.what());
-    release(a.slot);
+    error = e.what();
     return false;
   }
+  return true;
+}
+
+bool Engine::emit_token(Active& a, const TokenEvent& ev) {
+  const int32_t tok = ev.token;
   bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) != a.req.stop_tokens.end();
   if (stop) {
     finish(a, Finish::stop);
@@ -427,6 +441,19 @@ bool Engine::consume_row(Active& a, const float* row, const TopCandidates* top, 
   return true;
 }
 
+bool Engine::consume_row(Active& a, const float* row, const TopCandidates* top, const std::vector<bool>* allowed,
+                         const std::string& mask_error) {
+  TokenEvent ev;
+  std::string error;
+  a.decode_steps += 1;
+  if (!sample_row(a, row, top, allowed, mask_error, ev, error)) {
+    finish(a, Finish::error, error);
+    release(a.slot);
+    return false;
+  }
+  return emit_token(a, ev);
+}
+
 void Engine::run_step() {
   // Decode tokens first (one each, they never wait behind a prompt), then prompt chunks with what is left of
   // the plan's tokens-per-step budget.
@@ -439,9 +466,16 @@ void Engine::run_step() {
   for (size_t k = 0; k < n_slots && budget > 0; ++k) {
     auto& a = active_[(decode_turn_ + k) % n_slots];
     if (a && a->in_generation && !a->first_from_group) {
-      batch.push_back({a->slot, {a->last}, true});
+      StepInput in{a->slot, {a->last}, true};
+      // Speculative decoding: drafts after the next token, within the context, max_tokens and the step's budget.
+      const int64_t room = std::min({backend_->context_length() - backend_->position(a->slot) - 1,
+                                     a->req.max_tokens - a->generated - 1, budget - 1});
+      const auto& drafts = spec_draft(a->spec, *backend_, a->slot, a->last, room, *a->sampler);
+      in.tokens.insert(in.tokens.end(), drafts.begin(), drafts.end());
+      in.logit_rows = (int32_t)in.tokens.size();
+      budget -= (int64_t)in.tokens.size();
+      batch.push_back(std::move(in));
       owners.push_back(a.get());
-      --budget;
     }
   }
   decode_turn_ = (decode_turn_ + 1) % std::max<size_t>(1, n_slots);
@@ -505,7 +539,7 @@ void Engine::run_step() {
       mask_error[k] = e.what();
       continue;
     }
-    if (k >= batch.size() || masked[k] || top_max <= 0) continue;
+    if (k >= batch.size() || masked[k] || top_max <= 0 || batch[k].logit_rows > 1) continue;
     if (a.leads_group && !a.in_generation) continue;  // the group's logits are needed whole
     const SamplingParams& p = a.sampler->params();
     const int32_t want = std::max<int32_t>(p.temperature == 0.0f ? 1 : p.top_k, std::max(0, a.req.top_logprobs));
@@ -531,6 +565,10 @@ void Engine::run_step() {
     if (k >= batch.size()) {
       a.first_from_group = false;
       consume_row(a, a.group->logits.data(), nullptr, masked[k] ? &masks[k] : nullptr, mask_error[k]);
+      continue;
+    }
+    if (batch[k].logit_rows > 1) {  // a verify step of drafted tokens
+      consume_verify(a, batch[k], logits[k], masked[k] ? &masks[k] : nullptr, mask_error[k]);
       continue;
     }
     a.history.insert(a.history.end(), batch[k].tokens.begin(), batch[k].tokens.end());
@@ -567,6 +605,69 @@ void Engine::run_step() {
   int64_t used = 0;
   for (int s = 0; s < backend_->slots(); ++s) used += backend_->position(s);
   stats_.kv_tokens_used = used;
+}
+
+// Speculative decoding: the rows of one verify step, walked in order (speculative.h walk_verify). Row i is sampled
+// as a plain decode step would sample it (its mask and min_tokens rule follow the tokens before it); the slot is
+// rolled back to the tokens kept before any is handed out, so a request that ends here leaves its state matching
+// its history (prefix reuse).
+void Engine::consume_verify(Active& a, const StepInput& in, const std::vector<float>& logits,
+                            const std::vector<bool>* first_mask, const std::string& first_mask_error) {
+  const int64_t V = backend_->vocab_rows(), n_real = backend_->plan().vocab_real;
+  const int64_t start = backend_->position(a.slot) - (int64_t)in.tokens.size();
+  const std::vector<int32_t> drafts(in.tokens.begin() + 1, in.tokens.end());
+  std::vector<TokenEvent> events;
+  std::string error;
+  std::vector<bool> mask;
+  a.decode_steps += 1;
+  auto sample = [&](int64_t row, int32_t proposal) -> int32_t {
+    const std::vector<bool>* allowed = row == 0 ? first_mask : nullptr;
+    std::string mask_error = row == 0 ? first_mask_error : std::string();
+    if (row > 0) {
+      try {
+        if (a.req.min_tokens > 0 && a.generated + row >= a.req.min_tokens && !a.sampler->suppressed().empty())
+          a.sampler->set_suppressed({});
+        if (a.req.constraint) {
+          mask.assign((size_t)n_real, false);
+          if (a.req.constraint->allowed(mask)) allowed = &mask;
+        }
+      } catch (const std::exception& e) {
+        mask_error = e.what();
+      }
+    }
+    TokenEvent ev;
+    const float* lrow = logits.data() + row * V;
+    std::function<int32_t()> rule;  // sampled requests: the rejection rule against the draft's distribution
+    if (proposal >= 0 && a.sampler->params().temperature > 0 && (size_t)row < a.spec.q.size())
+      rule = [&] { return spec_rejection_sample(a.spec, *a.sampler, lrow, (int32_t)V, allowed, row, proposal); };
+    if (!sample_row(a, lrow, nullptr, allowed, mask_error, ev, error, rule)) return -1;
+    events.push_back(std::move(ev));
+    return events.back().token;
+  };
+  auto ends = [&](int32_t tok, int64_t emitted) {
+    return std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) != a.req.stop_tokens.end() ||
+           a.generated + emitted >= a.req.max_tokens;
+  };
+  const VerifyWalk w = walk_verify(drafts, sample, ends);
+  a.spec.verify_steps += 1;
+  a.spec.drafted += (int64_t)drafts.size();
+  a.spec.accepted += w.accepted;
+  try {
+    backend_->rollback(a.slot, start + 1 + w.kept_drafts);
+  } catch (const std::exception& e) {  // the state is unknown: the request cannot go on
+    a.history.clear();
+    finish(a, Finish::error, std::string("speculative rollback failed: ") + e.what());
+    release(a.slot);
+    return;
+  }
+  a.history.push_back(in.tokens[0]);
+  a.history.insert(a.history.end(), drafts.begin(), drafts.begin() + w.kept_drafts);
+  for (const TokenEvent& ev : events)
+    if (!emit_token(a, ev)) return;
+  if (w.failed) {
+    finish(a, Finish::error, error);
+    release(a.slot);
+  }
 }
 
 }  // namespace qrig::runtime

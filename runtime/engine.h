@@ -57,6 +57,9 @@ struct Request {
   // Until this many tokens are generated, stop_tokens cannot be sampled (vLLM's min_tokens). Through the
   // sampler's suppressed ids, so device candidate selection applies it too.
   int64_t min_tokens = 0;
+  // Speculative decoding (runtime/speculative.h) where the plan drafts; false: this request decodes one token per
+  // step (its output is the same either way: greedy token for token, sampled in distribution).
+  bool draft = true;
 };
 
 struct TokenEvent {
@@ -73,6 +76,10 @@ struct DoneEvent {
   int64_t generated_tokens = 0;
   double prompt_ms = 0, generation_ms = 0;
   double queue_ms = 0;  // waiting for a slot (part of prompt_ms): from submit until a slot took the request
+  // Steps that produced generated tokens (the prompt's last one included), and of drafting: draft tokens proposed
+  // and accepted. Tokens per step = generated_tokens / decode_steps; acceptance = accepted / drafted.
+  int64_t decode_steps = 0;
+  int64_t drafted = 0, accepted = 0;
 };
 
 struct Callbacks {
@@ -86,6 +93,7 @@ struct EngineStats {
   int64_t requests_total = 0;
   double prompt_seconds_total = 0, generation_seconds_total = 0;
   int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
+  int64_t decode_steps_total = 0, drafted_total = 0, accepted_total = 0;  // DoneEvent's, summed
 };
 
 class Engine {
@@ -120,6 +128,17 @@ class Engine {
   // device-selected candidates. Returns false when `a` finished (and its slot was released).
   bool consume_row(Active& a, const float* logits, const TopCandidates* top, const std::vector<bool>* allowed,
                    const std::string& mask_error);
+  // consume_row's halves: sample (accepting the token into the sampler and constraint; false with `error` set when
+  // sampling failed) and hand out (false when `a` finished and its slot was released).
+  // pick (optional) chooses the token instead of the sampler's own draw (speculative decoding's rejection rule).
+  bool sample_row(Active& a, const float* logits, const TopCandidates* top, const std::vector<bool>* allowed,
+                  const std::string& mask_error, TokenEvent& ev, std::string& error,
+                  const std::function<int32_t()>& pick = nullptr);
+  bool emit_token(Active& a, const TokenEvent& ev);
+  // Speculative decoding (speculative.cpp): the rows of a verify step of `a` (input `in`), from its first row's
+  // mask on; samples them in order, rolls the slot back to the accepted tokens and hands them out.
+  void consume_verify(Active& a, const StepInput& in, const std::vector<float>& logits,
+                      const std::vector<bool>* first_mask, const std::string& first_mask_error);
   void start_waiting_samples_locked();  // group samples whose slot is free start from the group's snapshot
   void loop();
   // Requests whose slot could not be prepared; finish() them without holding mu_ (it takes mu_).

@@ -181,6 +181,8 @@ class PipelineBackend final : public Backend {
       if (in.slot < 0 || in.slot >= slots()) throw RuntimeError(fmt::format("no slot {}", in.slot));
       if (!seen.insert(in.slot).second) throw RuntimeError(fmt::format("slot {} appears twice in a step", in.slot));
       if (in.tokens.empty()) throw RuntimeError("step input with no tokens");
+      if (in.logit_rows != 1)  // speculative decoding's verify steps: not on pipelines yet
+        throw RuntimeError(fmt::format("a pipeline returns the logits of one row per input, not {}", in.logit_rows));
       const int64_t pos = position(in.slot);
       if (pos + (int64_t)in.tokens.size() > context_length())
         throw RuntimeError(fmt::format("context overflow in slot {}: {} + {} > {}", in.slot, pos, in.tokens.size(),

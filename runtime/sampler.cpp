@@ -368,7 +368,8 @@ void xtc_filter(std::vector<Candidate>& c, float threshold) {
 // maximum. typical_p, top_p within c, min_p relative to the maximum left, XTC (when xtc_uniform <
 // xtc_probability), then the draw in id order over exp((x - max) / temperature). Reorders c. -1 when nothing
 // weighs.
-int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double uniform, double xtc_uniform) {
+int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double uniform, double xtc_uniform,
+                      std::vector<double>* dist = nullptr) {
   if (c.empty()) return -1;
   if (p.typical_p < 1.0f && c.size() > 1) typical_filter(c, p.typical_p);
   float max_logit = c.front().logit;
@@ -397,6 +398,12 @@ int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double
   std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   double total = 0;
   for (const Candidate& x : c) total += std::exp((x.logit - max_logit) * inv_t);
+  if (dist) {  // the distribution this draw samples (Sampler::distribution)
+    for (const Candidate& x : c) {
+      const float wx = std::exp((x.logit - max_logit) * inv_t);
+      if (wx > 0.0f) (*dist)[size_t(x.id)] = double(wx) / total;
+    }
+  }
   const double target = uniform * total;
   double acc = 0;
   int32_t last = -1;
@@ -414,14 +421,29 @@ int32_t draw_explicit(std::vector<Candidate>& c, const SamplingParams& p, double
 
 int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const std::vector<bool>* allowed,
                       double xtc_uniform) const {
+  return pick_impl(logits, n_rows, uniform, allowed, xtc_uniform, nullptr);
+}
+
+std::vector<double> Sampler::distribution(const float* logits, int32_t n_rows, const std::vector<bool>* allowed) {
+  std::vector<double> dist(size_t(n_real_vocab_), 0.0);
+  const double xu = next_xtc_uniform();
+  pick_impl(logits, n_rows, 0.0, allowed, xu, &dist);
+  return dist;
+}
+
+int32_t Sampler::pick_impl(const float* logits, int32_t n_rows, double uniform, const std::vector<bool>* allowed,
+                           double xtc_uniform, std::vector<double>* dist) const {
   if (!(uniform >= 0.0 && uniform < 1.0)) bad("the uniform draw must be in [0, 1)");
   const int32_t n = adjusted_logits(logits, n_rows, allowed, scratch.work);
   const float* w = scratch.work.data();
 
   const Stats st = stats_of(w, n);
   if (st.n_cand == 0) no_candidate(allowed, n);
-  if (params_.temperature == 0.0f)  // greedy: the first (lowest) id holding the maximum
-    return int32_t(std::find(w, w + n, st.max) - w);
+  if (params_.temperature == 0.0f) {  // greedy: the first (lowest) id holding the maximum
+    const int32_t id = int32_t(std::find(w, w + n, st.max) - w);
+    if (dist) (*dist)[size_t(id)] = 1.0;
+    return id;
+  }
   const float max_logit = st.max;
   const int32_t n_cand = st.n_cand, n_pos_inf = st.n_pos_inf;
   const float inv_t = 1.0f / params_.temperature;
@@ -439,7 +461,7 @@ int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const
     } else {
       select_top(w, n, size_t(top_k_cuts ? k : n_cand), c);
     }
-    const int32_t id = draw_explicit(c, params_, uniform, xtc_uniform);
+    const int32_t id = draw_explicit(c, params_, uniform, xtc_uniform, dist);
     if (id < 0) no_candidate(allowed, n);  // unreachable: the maximum weighs 1
     return id;
   }
@@ -495,6 +517,12 @@ int32_t Sampler::pick(const float* logits, int32_t n_rows, double uniform, const
     const bool keep = (x != kNegInf) & (x >= min_logit) & ((x > cut_logit) | ((x == cut_logit) & (i <= cut_id)));
     const float v = reuse ? wt[i] : std::exp((x - max_logit) * inv_t);  // exp(-inf) = 0
     wt[i] = keep ? v : 0.0f;
+  }
+  if (dist) {
+    double total = 0;
+    for (int32_t i = 0; i < n; ++i) total += wt[i];
+    for (int32_t i = 0; i < n; ++i)
+      if (wt[i] > 0.0f) (*dist)[size_t(i)] = double(wt[i]) / total;
   }
   const int32_t id = draw(weight.data(), n, uniform, scratch.block_sums);
   if (id < 0) no_candidate(allowed, n);  // unreachable: the maximum weighs 1

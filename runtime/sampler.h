@@ -110,6 +110,11 @@ class Sampler {
   int32_t pick(const float* logits, int32_t n_rows, double uniform,
                const std::vector<bool>* allowed = nullptr, double xtc_uniform = 1.0) const;
 
+  // The distribution sample() draws the next token from, per id of the real vocabulary (sums to 1; greedy: a point
+  // mass on the argmax): the same steps 1-4 with the draw left out. Draws XTC's own uniform when XTC is on (so the
+  // distribution is the one for that draw). Speculative decoding's rejection rule needs it (runtime/speculative.h).
+  std::vector<double> distribution(const float* logits, int32_t n_rows, const std::vector<bool>* allowed = nullptr);
+
   // Records an accepted token for the penalties (a generated token, or a prompt token if the caller wants
   // prompt tokens penalised). Throws std::invalid_argument for ids outside [0, n_real_vocab).
   void accept(int32_t id);
@@ -173,6 +178,8 @@ class Sampler {
   // Steps 1-3 into out (n_real_vocab values; -inf = not a candidate). Returns n_real_vocab.
   int32_t adjusted_logits(const float* logits, int32_t n_rows, const std::vector<bool>* allowed,
                           std::vector<float>& out) const;
+  int32_t pick_impl(const float* logits, int32_t n_rows, double uniform, const std::vector<bool>* allowed,
+                    double xtc_uniform, std::vector<double>* dist) const;
   double next_uniform();
   double next_xtc_uniform();  // 1 (no XTC) unless XTC is on
 

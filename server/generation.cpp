@@ -133,6 +133,7 @@ void Generation::report_end() {
     if (record_)
       record_->add_generation(done_ ? stats_.prompt_tokens : 0, stats_.cached_tokens, completion_tokens_,
                               stats_.prompt_ms, stats_.generation_ms, stats_.queue_ms, finish_reason_, error_);
+    if (record_ && done_ && stats_.drafted > 0) record_->add_draft(stats_.decode_steps, stats_.drafted, stats_.accepted);
   } catch (const std::exception&) {  // reporting never fails a generation (or a destructor)
   }
 }

@@ -135,6 +135,12 @@ std::string Metrics::render(const runtime::Engine* engine, const std::string& mo
     metric(out, "qrig_prompt_seconds_total", "counter", "Seconds spent on prompts (queue wait included)",
            s.prompt_seconds_total);
     metric(out, "qrig_generation_seconds_total", "counter", "Seconds spent generating", s.generation_seconds_total);
+    metric(out, "qrig_decode_steps_total", "counter", "Engine steps that produced generated tokens",
+           (double)s.decode_steps_total);
+    metric(out, "qrig_draft_tokens_total", "counter", "Draft tokens the MTP head proposed (speculative decoding)",
+           (double)s.drafted_total);
+    metric(out, "qrig_draft_tokens_accepted_total", "counter", "Draft tokens the target model accepted",
+           (double)s.accepted_total);
     metric(out, "qrig_prompt_tokens_per_second", "gauge", "Average prompt throughput since start", prompt_tps);
     metric(out, "qrig_generation_tokens_per_second", "gauge", "Average generation throughput per request since start",
            gen_tps);

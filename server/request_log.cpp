@@ -69,6 +69,13 @@ void RequestRecord::add_generation(int64_t prompt, int64_t cached, int64_t gener
   if (error.empty()) error = err;
 }
 
+void RequestRecord::add_draft(int64_t steps, int64_t d, int64_t a) {
+  std::lock_guard<std::mutex> lk(mu);
+  decode_steps += steps;
+  drafted += d;
+  accepted += a;
+}
+
 void RequestRecord::reclassify(const std::string& from, const std::string& to) {
   std::lock_guard<std::mutex> lk(mu);
   for (auto& r : finish_reasons)
@@ -107,6 +114,9 @@ std::string request_log_line(const Request& req, const Response& res, const Requ
       if (rec->generation_ms > 0 && rec->generated_tokens > 1)
         line += fmt::format(" gen_tps={:.1f}", 1000.0 * (double)(rec->generated_tokens - 1) / rec->generation_ms);
       if (rec->queue_ms >= 1) line += fmt::format(" queued={:.0f}ms", rec->queue_ms);
+      if (rec->drafted > 0)  // speculative decoding: acceptance of the drafts, tokens per decode step
+        line += fmt::format(" draft_accept={:.3f} tokens_per_step={:.2f}", (double)rec->accepted / (double)rec->drafted,
+                            rec->decode_steps > 0 ? (double)rec->generated_tokens / (double)rec->decode_steps : 0.0);
       std::vector<std::string> distinct;
       for (const auto& r : rec->finish_reasons)
         if (std::find(distinct.begin(), distinct.end(), r) == distinct.end()) distinct.push_back(r);

@@ -25,6 +25,9 @@ struct RequestRecord {
   void add_generation(int64_t prompt, int64_t cached, int64_t generated, double prompt_ms, double generation_ms,
                       double queue_ms, const std::string& finish_reason, const std::string& error);
 
+  // Speculative decoding of a generation (runtime::DoneEvent's decode_steps, drafted, accepted).
+  void add_draft(int64_t steps, int64_t drafted, int64_t accepted);
+
   // A generation that reported `from` ended as `to` after all.
   void reclassify(const std::string& from, const std::string& to);
 
@@ -34,6 +37,7 @@ struct RequestRecord {
   double prompt_ms = 0, generation_ms = 0, queue_ms = 0;  // the longest of its generations
   std::vector<std::string> finish_reasons;  // per generation, in the order they ended
   std::string error;          // the first generation error
+  int64_t decode_steps = 0, drafted = 0, accepted = 0;  // summed over its generations
 };
 
 // Makes `record` the one Generation objects created on this thread report into, for the scope's lifetime.

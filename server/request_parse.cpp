@@ -256,7 +256,7 @@ std::vector<int32_t> token_ids(const Json& body, const char* key, int32_t n_real
 void parse_extensions(const Json& body, GenParams& out, int32_t n_real_vocab, std::set<std::string>& known) {
   for (const char* k : {"n_predict", "n_cmpl", "ignore_eos", "min_tokens", "stop_token_ids", "include_stop_str_in_output",
                         "typical_p", "xtc_probability", "xtc_threshold", "repeat_last_n", "truncate_prompt_tokens",
-                        "truncation_side", "allowed_token_ids", "spaces_between_special_tokens"})
+                        "truncation_side", "allowed_token_ids", "spaces_between_special_tokens", "draft"})
     known.insert(k);
   runtime::SamplingParams& s = out.sampling;
   if (auto t = get_number(body, "typical_p", 0.0, 1.0)) {
@@ -268,6 +268,7 @@ void parse_extensions(const Json& body, GenParams& out, int32_t n_real_vocab, st
   // llama.cpp: -1 = the whole context (here: every generated token), 0 = penalties off.
   if (auto n = get_int(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max())) s.penalty_last_n = (int32_t)*n;
   out.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  out.draft = get_bool(body, "draft").value_or(true);  // qrig: false decodes this request without speculation
   out.min_tokens = get_int(body, "min_tokens", 0, std::numeric_limits<int64_t>::max()).value_or(0);
   out.stop_token_ids = token_ids(body, "stop_token_ids", n_real_vocab);
   out.allowed_token_ids = token_ids(body, "allowed_token_ids", n_real_vocab);

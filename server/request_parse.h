@@ -51,6 +51,7 @@ struct GenParams {
   bool skip_special_tokens = true;   // vLLM's field: false renders control tokens as text
   int64_t n = 1;                     // samples of the prompt (OpenAI n, llama.cpp n_cmpl), one prefill
   bool ignore_eos = false;           // end-of-generation tokens do not stop the output (vLLM, llama.cpp)
+  bool draft = true;                 // speculative decoding where the plan drafts (qrig's "draft" field)
   int64_t min_tokens = 0;            // end-of-generation and stop_token_ids held back until this many (vLLM)
   std::vector<int32_t> stop_token_ids;  // more ids that end the output (vLLM)
   bool include_stop_str = false;     // the matched stop string stays in the output (vLLM include_stop_str_in_output)

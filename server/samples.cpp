@@ -15,6 +15,7 @@ runtime::Request sample_request(const ServedModel& model, const std::vector<int3
   for (int32_t id : g.stop_token_ids)
     if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), id) == r.stop_tokens.end()) r.stop_tokens.push_back(id);
   r.min_tokens = g.min_tokens;
+  r.draft = g.draft;
   r.top_logprobs = g.top_logprobs;
   if (make) r.constraint = make();
   return r;

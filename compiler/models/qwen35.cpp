@@ -106,7 +106,50 @@ std::string attention_mixer(Builder& b, const Qwen35Params& p, int64_t L, const 
   return b.op(pre + "mix", OpKind::matmul, {att}, {{"weight", w(L, "attn_output")}}, {kTokens, p.d});
 }
 
+// The decoder layer shared by the main model's stack and the MTP block: pre-norm mixer, then SwiGLU FFN.
+std::string decoder_layer(Builder& b, const Qwen35Params& p, int64_t L, std::string x, bool attention) {
+  const std::string pre = fmt::format("l{}.", L);
+  auto n = b.op(pre + "norm", OpKind::rmsnorm, {x}, {{"weight", w(L, "attn_norm")}, {"eps", p.eps}}, {kTokens, p.d});
+  auto mix = attention ? attention_mixer(b, p, L, n) : gdn_mixer(b, p, L, n);
+  auto h = b.op(pre + "h", OpKind::add, {x, mix}, {}, {kTokens, p.d});
+  auto n2 = b.op(pre + "ffn_norm", OpKind::rmsnorm, {h}, {{"weight", w(L, "post_attention_norm")}, {"eps", p.eps}},
+                 {kTokens, p.d});
+  auto gate = b.op(pre + "gate", OpKind::matmul, {n2}, {{"weight", w(L, "ffn_gate")}}, {kTokens, p.ffn});
+  auto up = b.op(pre + "up", OpKind::matmul, {n2}, {{"weight", w(L, "ffn_up")}}, {kTokens, p.ffn});
+  auto act = b.op(pre + "act", OpKind::swiglu, {gate, up}, {}, {kTokens, p.ffn});
+  auto down = b.op(pre + "down", OpKind::matmul, {act}, {{"weight", w(L, "ffn_down")}}, {kTokens, p.d});
+  return b.op(fmt::format("x{}", L + 1), OpKind::add, {h, down}, {}, {kTokens, p.d});
+}
+
 }  // namespace
+
+ir::Graph lower_qwen35_mtp(const Qwen35Params& p, const gguf::File& file) {
+  if (p.n_mtp < 1) throw CompileError("the model has no MTP block (nextn_predict_layers)");
+  const int64_t L = p.n_layer;  // blk.{n_layer}: the (first) MTP block
+  Builder b{file, {}, L};
+  b.g.name = "qwen35.mtp";
+  b.g.inputs = {{"tokens", {ir::DType::i32, {kTokens}}},
+                {"pos", {ir::DType::i32, {kTokens}}},
+                {"rows", {ir::DType::i32, {kRows}}},
+                {"hidden", {ir::DType::f32, {kTokens, p.d}}}};
+  b.g.set_attr("hidden_from", fmt::format("hidden.{}", p.n_layer));  // the main model's final-normed output
+  auto nx = [&](const char* t) { return fmt::format("blk.{}.nextn.{}.weight", L, t); };
+  auto e = b.op("m.e", OpKind::embed, {"tokens"}, {{"weight", "token_embd.weight"}}, {kTokens, p.d});
+  auto en = b.op("m.en", OpKind::rmsnorm, {e}, {{"weight", nx("enorm")}, {"eps", p.eps}}, {kTokens, p.d});
+  auto hn = b.op("m.hn", OpKind::rmsnorm, {"hidden"}, {{"weight", nx("hnorm")}, {"eps", p.eps}}, {kTokens, p.d});
+  auto u = b.op("m.u", OpKind::concat, {en, hn}, {}, {kTokens, 2 * p.d});  // embedding half first
+  auto x = b.op("m.eh", OpKind::matmul, {u}, {{"weight", nx("eh_proj")}}, {kTokens, p.d});
+  b.g.ops.back().set("tap", std::string("mtp_eh"));
+  auto y = decoder_layer(b, p, L, x, true);
+  auto hf = b.op("m.out", OpKind::rmsnorm, {y},
+                 {{"weight", nx("shared_head_norm")}, {"eps", p.eps}, {"tap", std::string("mtp_hidden_out")}},
+                 {kTokens, p.d});
+  auto last = b.op("out_rows", OpKind::gather_rows, {hf, "rows"}, {}, {kRows, p.d});
+  b.op("logits", OpKind::matmul, {last}, {{"weight", "output.weight"}}, {kRows, p.vocab});
+  b.g.outputs = {"logits"};
+  ir::verify(b.g);
+  return b.g;
+}
 
 ir::Graph lower_qwen35(const Qwen35Params& p, const gguf::File& file) {
   Builder b{file, {}, -1};

@@ -14,4 +14,11 @@ namespace qrig::compiler {
 // (`file` is read for its tensor table only).
 ir::Graph lower_qwen35(const Qwen35Params& p, const gguf::File& file);
 
+// The MTP block (blk.{n_layer}) as a draft head (../shared/fixtures/README.md, tiny-mtp-draft-ref.gguf): row t
+// takes %hidden = the main model's final-normed output at position t and %tokens = the token at t + 1;
+// u = eh_proj [enorm(embed(token)) ; hnorm(hidden)] (embedding half first), one gated full-attention decoder layer
+// with its own key and value cache (%pos: the head's rows 0, 1, ...), shared_head_norm, the main lm_head. Taps:
+// mtp_eh (eh_proj output), mtp_hidden_out (the normed output, also the hidden of the next draft step).
+ir::Graph lower_qwen35_mtp(const Qwen35Params& p, const gguf::File& file);
+
 }  // namespace qrig::compiler

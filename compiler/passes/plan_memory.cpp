@@ -64,6 +64,8 @@ struct DeviceParts {
   int64_t kv_bytes_per_token = 0;  // per slot
   std::vector<std::pair<bool, int64_t>> kv_rows;  // per key (true) or value cache: values per position
   int64_t state_bytes = 0;         // per slot, non-positional
+  int64_t draft_kv = 0;            // per slot and token: the MTP head's cache (plan_draft.cpp), f32 on the CPU
+  int64_t draft_rollback = 0;      // per slot: the recurrent states a verify step keeps (draft_tokens of them)
 };
 
 // Lays out the activations of the ops on `device`: best-fit reuse of regions freed before an op; writes `at`
@@ -189,7 +191,7 @@ void plan_memory(CompileContext& cx) {
     parts.at(order[0]).mem.weights = 0;
     weight_types.clear();
     for (const auto& t : cx.file.tensors())
-      if (!is_mtp_tensor(t.name, hp)) {
+      if (!is_mtp_tensor(t.name, hp) || p.draft_tokens > 0) {  // the draft head reads the MTP block
         parts.at(order[0]).mem.weights += (int64_t)t.n_bytes;
         TypeTally& tt = weight_types[order[0]][gguf::tensor_type_name(t.type)];
         ++tt.tensors;
@@ -220,6 +222,17 @@ void plan_memory(CompileContext& cx) {
       d.state_bytes += floats * 4;
       m.state_bytes_per_sequence += elems * 4;
     }
+  }
+  // Speculative decoding: the MTP head's own key and value cache on the last device, and per draft token one copy
+  // of the recurrent states, kept by a verify step for a rollback (docs/speculative.md).
+  m.draft_kv_bytes_per_token = m.draft_rollback_bytes = 0;
+  if (p.draft_tokens > 0) {
+    DeviceParts& d = parts.at(order.back());
+    for (const auto& st : p.draft.states)
+      if (!st.type.shape.empty() && st.type.shape[0] == ir::kContext) d.draft_kv += st.type.shape.back() * 4;
+    for (const auto& dev : order) parts.at(dev).draft_rollback = p.draft_tokens * parts.at(dev).state_bytes;
+    m.draft_kv_bytes_per_token = d.draft_kv;
+    m.draft_rollback_bytes = p.draft_tokens * m.state_bytes_per_sequence;
   }
   m.snapshots_per_slot = kSnapshotsPerSlot;
   m.snapshot_bytes = 0;
@@ -262,7 +275,7 @@ void plan_memory(CompileContext& cx) {
     for (const auto& dev : order) {
       DeviceParts& d = parts.at(dev);
       d.mem.budget = budget_of.at(dev);
-      d.mem.states = slots * d.state_bytes;
+      d.mem.states = slots * (d.state_bytes + d.draft_rollback);
       d.mem.snapshots = slots * m.snapshots_per_slot * d.state_bytes;
       if (cuda) {
         d.mem.arena = layout_arena(p, dev, context);
@@ -295,7 +308,7 @@ void plan_memory(CompileContext& cx) {
   auto kv_bytes = [&](const DeviceParts& d, kernels::KvPair pr) {
     int64_t b = 0;
     for (const auto& [key, width] : d.kv_rows) b += kernels::kv_row_bytes(key ? pr.k : pr.v, width, !cuda);
-    return b;
+    return b + d.draft_kv;
   };
   constexpr int64_t kNoLimit = int64_t{1} << 40;  // a device without caches does not limit the context
   m.kv_fits.clear();
@@ -319,7 +332,7 @@ void plan_memory(CompileContext& cx) {
   for (const auto& dev : order) {
     DeviceParts& d = parts.at(dev);
     d.kv_bytes_per_token = kv_bytes(d, kv);
-    m.kv_bytes_per_token += d.kv_bytes_per_token;
+    m.kv_bytes_per_token += d.kv_bytes_per_token - d.draft_kv;
   }
   int64_t fits = INT64_MAX;
   for (const auto& dev : order) {
@@ -371,6 +384,11 @@ void plan_memory(CompileContext& cx) {
                                 (double)m.state_bytes_per_sequence / (1 << 20), (double)m.activation_bytes / (1 << 20),
                                 m.snapshots_per_slot, (double)m.snapshot_bytes / (1 << 20), ctx, slots,
                                 hp.context_length, fits));
+  if (p.draft_tokens > 0)
+    p.notes.push_back(fmt::format("memory: drafting holds per sequence the MTP head's cache ({} B/token) and {} "
+                                  "rollback copies of the recurrent states ({:.1f} MiB), counted in the states above",
+                                  m.draft_kv_bytes_per_token, p.draft_tokens,
+                                  (double)m.draft_rollback_bytes / (1 << 20)));
 }
 
 }  // namespace qrig::compiler::passes

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "runtime/backend.h"
+#include "runtime/cpu/draft_head.h"
 #include "runtime/cpu/executor.h"
 #include "runtime/pipeline.h"
 
@@ -62,6 +63,7 @@ void read_weights_in(const ir::Plan& plan, const gguf::File& f, const LoadProgre
 
 struct CpuSnapshot : Snapshot {
   std::vector<std::vector<float>> states;  // non-positional states only (empty vector for KV caches)
+  std::optional<CpuDraftHead::Saved> head;  // plans that draft: the draft head's rows of the slot
 };
 // Every slot's sequence of one executor (the whole plan, or one stage's part), and its snapshots: the
 // non-positional states (conv, GDN) copied, the key and value caches left in place (append-only by position).
@@ -100,6 +102,8 @@ struct CpuSlots {
     for (size_t i = 0; i < s.buffers.size(); ++i)
       if (!positional[i]) s.buffers[i] = cs->states[i];
     s.n_past = cs->position;
+    s.kept_from = -1;  // a verify step's copies belong to the state before the restore
+    s.kept_count = 0;
   }
   int64_t snapshot_bytes() const {
     int64_t b = 0;
@@ -125,13 +129,17 @@ class CpuBackend final : public Backend {
                                      ram / (1 << 30)));
     if (opt.progress) read_weights_in(plan, *file_, opt.progress);
     slots_.emplace(ex_, plan);
+    if (plan.draft_tokens > 0) head_.emplace(plan, file_, (int)plan.max_sequences);
   }
   const ir::Plan& plan() const override { return ex_.plan(); }
   int slots() const override { return (int)slots_->seqs.size(); }
   int64_t vocab_rows() const override { return ex_.vocab_rows(); }
   int64_t context_length() const override { return ex_.plan().context_length; }
   int64_t position(int slot) const override { return seq(slot).n_past; }
-  void reset(int slot) override { seq(slot).reset(); }
+  void reset(int slot) override {
+    seq(slot).reset();
+    if (head_) head_->reset(slot);
+  }
 
   std::vector<std::vector<float>> step(const std::vector<StepInput>& batch) override {
     for (const auto& in : batch) {
@@ -142,20 +150,63 @@ class CpuBackend final : public Backend {
                                        in.tokens.size(), context_length()));
       for (int32_t t : in.tokens)
         if (t < 0 || t >= vocab_rows()) throw RuntimeError(fmt::format("token id {} is out of range", t));
+      if (in.logit_rows != 1 && (!head_ || in.logit_rows < 1 || in.logit_rows > (int64_t)in.tokens.size() ||
+                                 in.logit_rows > draft_tokens() + 1))
+        throw RuntimeError(fmt::format("a step input wants the logits of {} rows (this plan drafts {} tokens)",
+                                       in.logit_rows, draft_tokens()));
     }
     std::vector<std::vector<float>> out(batch.size());
     for (size_t k = 0; k < batch.size(); ++k) {
       const auto& in = batch[k];
+      const int64_t T = (int64_t)in.tokens.size();
       std::vector<int32_t> rows;
-      if (in.want_logits) rows.push_back((int32_t)in.tokens.size() - 1);
-      auto logits = ex_.forward(seq(in.slot), in.tokens, rows);
+      if (in.want_logits)
+        for (int64_t r = T - in.logit_rows; r < T; ++r) rows.push_back((int32_t)r);
+      CpuSequence& sq = seq(in.slot);
+      const int64_t from = sq.n_past;
+      if (in.logit_rows > 1) sq.keep = T - 1;  // a verify step: keep what a rollback needs
+      std::vector<float> hidden;
+      TapFn tap;
+      if (head_)
+        tap = [&](const std::string& name, const float* x, int64_t n, int64_t w) {
+          if (name == head_->hidden_from()) hidden.assign(x, x + n * w);
+        };
+      auto logits = ex_.forward(sq, in.tokens, rows, tap);
+      if (head_) {
+        if ((int64_t)hidden.size() != T * head_->width()) throw RuntimeError("the main model did not report its hidden");
+        head_->observe(in.slot, from, in.tokens, hidden.data(), in.logit_rows <= 1);
+      }
       if (in.want_logits) out[k] = std::move(logits);
     }
     return out;
   }
-  std::shared_ptr<Snapshot> save(int slot) const override { return slots_->save(slot); }
-  void restore(int slot, const Snapshot& snap) override { slots_->restore(slot, snap); }
+  std::shared_ptr<Snapshot> save(int slot) const override {
+    auto snap = slots_->save(slot);
+    if (head_) static_cast<CpuSnapshot&>(*snap).head = head_->save(slot);
+    return snap;
+  }
+  void restore(int slot, const Snapshot& snap) override {
+    slots_->restore(slot, snap);
+    if (head_) {
+      const auto& cs = static_cast<const CpuSnapshot&>(snap);
+      if (cs.head) head_->restore(slot, *cs.head);
+      else head_->reset(slot);  // taken before drafting: the head cannot draft for it until the slot resets
+    }
+  }
   int64_t snapshot_bytes() const override { return slots_->snapshot_bytes(); }
+  int draft_tokens() const override { return head_ ? (int)ex_.plan().draft_tokens : 0; }
+  bool can_draft(int slot) const override { return head_ && head_->ready(slot, seq(slot).n_past); }
+  std::vector<int32_t> draft(int slot, int32_t next, int k, const DraftPick& pick) override {
+    if (!head_) return Backend::draft(slot, next, k, pick);
+    if (k < 1 || k > draft_tokens()) throw RuntimeError(fmt::format("draft of {} tokens (the plan drafts {})", k, draft_tokens()));
+    if (next < 0 || next >= vocab_rows()) throw RuntimeError(fmt::format("token id {} is out of range", next));
+    return head_->draft(slot, seq(slot).n_past, next, k, pick);
+  }
+  void rollback(int slot, int64_t position) override {
+    if (!head_) return Backend::rollback(slot, position);
+    seq(slot).rollback(position);
+    head_->rollback(slot, position);
+  }
 
  private:
   CpuSequence& seq(int slot) { return slots_->seq(slot); }
@@ -164,6 +215,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<const gguf::File> file_;
   CpuExecutor ex_;
   std::optional<CpuSlots> slots_;  // made after the weights are read in
+  std::optional<CpuDraftHead> head_;  // plans that draft (Plan::draft_tokens > 0)
 };
 
 // One stage of a multi-stage CPU plan: the executor bound to the stage's ops, a sequence (its layers' states) per

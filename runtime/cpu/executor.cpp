@@ -19,6 +19,25 @@ namespace qrig::runtime {
 void CpuSequence::reset() {
   for (auto& b : buffers) std::fill(b.begin(), b.end(), 0.0f);
   n_past = 0;
+  keep = 0;
+  kept_from = -1;
+  kept_count = 0;
+}
+
+void CpuSequence::rollback(int64_t position) {
+  if (position == n_past) return;  // everything the last step ran is kept
+  if (kept_from < 0 || position <= kept_from || position > kept_from + kept_count)
+    throw RuntimeError(fmt::format("rollback to position {}: the sequence is at {} and its last step kept positions "
+                                   "{}..{}", position, n_past, kept_from + 1, kept_from + kept_count));
+  const int64_t idx = position - kept_from - 1;  // the copy after token `position - 1`
+  for (size_t i = 0; i < buffers.size() && i < kept.size(); ++i)
+    if (!kept[i].empty()) {
+      const int64_t n = (int64_t)buffers[i].size();
+      std::copy(kept[i].begin() + idx * n, kept[i].begin() + (idx + 1) * n, buffers[i].begin());
+    }
+  n_past = position;
+  kept_from = -1;  // what was kept after `position` is stale now
+  kept_count = 0;
 }
 
 struct CpuExecutor::Step {
@@ -177,6 +196,7 @@ constexpr std::array<BindFn, ir::kOpKindCount> kBind = [] {
   t[(size_t)OpKind::attention] = bind_kv;
   t[(size_t)OpKind::gather_rows] = bind_none;
   t[(size_t)OpKind::bridge] = bind_none;
+  t[(size_t)OpKind::concat] = bind_none;
   return t;
 }();
 
@@ -236,13 +256,40 @@ void run_add(const RunCx& c, const Step& s) {
 void run_swiglu(const RunCx& c, const Step& s) {
   cpu::swiglu(c.in(s, 0), c.in(s, 1), c.n(s) * c.g.width(s.b->results[0]), c.out(s));
 }
+// A verify step (CpuSequence::keep): token by token (the same arithmetic as whole: both ops are token-serial), the
+// state copied after each of the first `keep` tokens.
+void keep_state(const RunCx& c, int state, int64_t t) {
+  auto& dst = c.seq.kept[(size_t)state];
+  const auto& src = c.seq.buffers[(size_t)state];
+  std::copy(src.begin(), src.end(), dst.begin() + t * (int64_t)src.size());
+}
+int64_t kept_tokens(const RunCx& c) { return std::min<int64_t>(c.seq.keep, c.T - 1); }
 void run_conv(const RunCx& c, const Step& s) {
-  cpu::conv1d_causal_silu(c.in(s, 0), c.T, c.g.width(s.b->results[0]), s.vec, s.taps, c.state(s.b->state), c.out(s));
+  const int64_t W = c.g.width(s.b->results[0]), keep = kept_tokens(c);
+  if (keep <= 0) {
+    cpu::conv1d_causal_silu(c.in(s, 0), c.T, W, s.vec, s.taps, c.state(s.b->state), c.out(s));
+    return;
+  }
+  for (int64_t t = 0; t < c.T; ++t) {
+    cpu::conv1d_causal_silu(c.in(s, 0) + t * W, 1, W, s.vec, s.taps, c.state(s.b->state), c.out(s) + t * W);
+    if (t < keep) keep_state(c, s.b->state, t);
+  }
 }
 void run_gdn(const RunCx& c, const Step& s) {
   const ir::Op& op = *s.b->op;
   const cpu::GdnShape sh{op.i("key_heads"), op.i("value_heads"), op.i("key_dim"), op.i("value_dim")};
   float* st = c.state(s.b->state);
+  if (const int64_t keep = kept_tokens(c); keep > 0) {
+    if (c.T >= op.i_or("recurrent_below", 1))
+      throw RuntimeError(fmt::format("{}: a verify step of {} tokens would run the chunked GDN", op.describe(), c.T));
+    const int64_t conv_dim = c.g.width(s.b->args[0]), hv = sh.Hv, out_w = c.g.width(s.b->results[0]);
+    for (int64_t t = 0; t < c.T; ++t) {
+      cpu::gdn_recurrent(sh, c.in(s, 0) + t * conv_dim, c.in(s, 1) + t * hv, c.in(s, 2) + t * hv, s.ssm_a, s.dt_bias,
+                         1, st, c.out(s) + t * out_w);
+      if (t < keep) keep_state(c, s.b->state, t);
+    }
+    return;
+  }
   if (c.T < op.i_or("recurrent_below", 1))
     cpu::gdn_recurrent(sh, c.in(s, 0), c.in(s, 1), c.in(s, 2), s.ssm_a, s.dt_bias, c.T, st, c.out(s));
   else
@@ -313,6 +360,17 @@ void run_bridge(const RunCx& c, const Step& s) {
   std::copy(src, src + n, c.out(s));
 }
 
+void run_concat(const RunCx& c, const Step& s) {
+  const int64_t wa = c.g.width(s.b->args[0]), wb = c.g.width(s.b->args[1]), n = c.n(s);
+  const float* a = c.in(s, 0);
+  const float* b = c.in(s, 1);
+  float* o = c.out(s);
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy(a + t * wa, a + (t + 1) * wa, o + t * (wa + wb));
+    std::copy(b + t * wb, b + (t + 1) * wb, o + t * (wa + wb) + wa);
+  }
+}
+
 constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   std::array<RunFn, ir::kOpKindCount> t{};
   t[(size_t)OpKind::embed] = run_embed;
@@ -332,6 +390,7 @@ constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   t[(size_t)OpKind::attention] = run_attention;
   t[(size_t)OpKind::gather_rows] = run_gather_rows;
   t[(size_t)OpKind::bridge] = run_bridge;
+  t[(size_t)OpKind::concat] = run_concat;
   return t;
 }();
 
@@ -346,8 +405,10 @@ bool cpu_op_tables_complete() {
 CpuExecutor::~CpuExecutor() = default;
 CpuExecutor::CpuExecutor(CpuExecutor&&) noexcept = default;
 
-CpuExecutor::CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const std::string& device)
+CpuExecutor::CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const std::string& device,
+                         bool draft)
     : plan_(plan), file_(std::move(file)), device_(device) {
+  if (draft && plan_.draft_tokens <= 0) throw RuntimeError("the plan has no draft graph (draft_tokens = 0)");
   if (plan_.backend != "cpu")
     throw RuntimeError(fmt::format("the CPU executor cannot run a '{}' plan", plan_.backend));
   if (!device_.empty()) {
@@ -356,7 +417,8 @@ CpuExecutor::CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File>
     if (!found) throw RuntimeError(fmt::format("the plan has no stage on '{}'", device_));
   }
   if (plan_.threads > 0) cpu::set_num_threads((int)plan_.threads);
-  graph_ = std::make_unique<BoundGraph>(plan_);
+  graph_ = std::make_unique<BoundGraph>(plan_, draft ? plan_.draft : plan_.graph);
+  if (graph_->has_hidden != draft) throw RuntimeError("a draft graph (and only it) has a %hidden input");
   own_state_.assign(graph_->states.size(), device_.empty());
   const BindCx cx{*file_, *graph_, vocab_rows_};
   for (const BoundOp& b : graph_->ops) {
@@ -408,7 +470,9 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
     if (t < 0 || t >= vocab_rows_) throw RuntimeError(fmt::format("token id {} is out of range [0, {})", t, vocab_rows_));
   for (int32_t r : rows)
     if (r < 0 || r >= T) throw RuntimeError(fmt::format("output row {} is out of range [0, {})", r, T));
-  if ((bridge_in_ >= 0) != (hidden_in != nullptr) || (bridge_out_ >= 0) != (hidden_out != nullptr))
+  if (graph_->has_hidden) {
+    if (!hidden_in || hidden_out) throw RuntimeError("the draft head takes its %hidden rows and hands on none");
+  } else if ((bridge_in_ >= 0) != (hidden_in != nullptr) || (bridge_out_ >= 0) != (hidden_out != nullptr))
     throw RuntimeError(fmt::format("stage {}: the incoming and outgoing rows must be given exactly where the stage "
                                    "has bridges", device_));
 
@@ -416,12 +480,29 @@ std::vector<float> CpuExecutor::forward(CpuSequence& seq, const std::vector<int3
   for (int64_t t = 0; t < T; ++t) pos[(size_t)t] = (int32_t)(seq.n_past + t);
   // Everything that can be wrong with the request was checked above: from here on the states change.
   std::vector<std::vector<float>> vals(graph_->values.size());
-  const RunCx cx{*graph_, vals, seq, tokens, pos, rows, T, R, hidden_in};
+  if (graph_->has_hidden) vals[BoundGraph::kHidden].assign(hidden_in, hidden_in + T * hidden_width());
+  // A verify step keeps the non-positional states after each of its first tokens (CpuSequence::keep).
+  seq.kept_from = -1;
+  seq.kept_count = 0;
+  const int64_t keep = std::min<int64_t>(seq.keep, T - 1);
+  seq.keep = 0;
+  if (keep > 0) {
+    seq.kept.resize(seq.buffers.size());
+    for (size_t i = 0; i < seq.buffers.size(); ++i)
+      if (!graph_->states[i].positional && own_state_[i]) seq.kept[i].resize(seq.buffers[i].size() * (size_t)keep);
+    seq.keep = keep;
+  }
+  const RunCx cx{*graph_, vals, seq, tokens, pos, rows, T, R, graph_->has_hidden ? nullptr : hidden_in};
   for (const Step& s : steps_) {
     const int64_t n = s.b->rows ? R : T;
     for (int r : s.b->results) vals[(size_t)r].assign((size_t)(n * graph_->width(r)), NAN);
     kRun[(size_t)s.b->kind](cx, s);
     if (tap && !s.b->tap.empty()) tap(s.b->tap, cx.out(s), n, graph_->width(s.b->results[0]));
+  }
+  if (keep > 0) {
+    seq.kept_from = seq.n_past;
+    seq.kept_count = keep;
+    seq.keep = 0;
   }
   seq.n_past += T;
   if (bridge_out_ >= 0) {

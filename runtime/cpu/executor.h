@@ -23,6 +23,17 @@ namespace qrig::runtime {
 struct CpuSequence {
   std::vector<std::vector<float>> buffers;  // indexed like plan.graph.states
   int64_t n_past = 0;
+  // Speculative verify (docs/speculative.md): with keep > 0 the next forward of T tokens keeps every non-positional
+  // state (conv windows, GDN states) after each of its first min(keep, T - 1) tokens, so that rollback() can return
+  // the sequence to any position inside that forward without running it again. The forward resets keep to 0.
+  int64_t keep = 0;
+  std::vector<std::vector<float>> kept;  // per state: the copies back to back (empty for key and value caches)
+  int64_t kept_from = -1;                // n_past before the forward that kept them (-1: nothing kept)
+  int64_t kept_count = 0;
+  // Back to `position` in kept_from + 1 .. kept_from + kept_count + 1 (the last: where the forward ended): the
+  // states after token position - 1; key and value caches keep their rows (append-only by position). Throws
+  // RuntimeError for any other position.
+  void rollback(int64_t position);
   void reset();
 };
 
@@ -32,7 +43,10 @@ class CpuExecutor {
   // device (one stage of a multi-stage plan: a placement's device), only that stage's ops: it reads the residual
   // stream its bridge brings in (forward's hidden_in) and hands on what the next stage's bridge takes (hidden_out);
   // its sequences hold only its own layers' states. Empty: the whole graph (a one-stage plan).
-  CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const std::string& device = {});
+  // draft: the plan's draft graph (Plan::draft, the MTP head) instead of its main graph; forward's hidden_in is then
+  // its %hidden input (T rows of that input's width).
+  CpuExecutor(const ir::Plan& plan, std::shared_ptr<const gguf::File> file, const std::string& device = {},
+              bool draft = false);
   ~CpuExecutor();
   CpuExecutor(CpuExecutor&&) noexcept;
 
@@ -50,6 +64,8 @@ class CpuExecutor {
   bool first_stage() const { return bridge_in_ < 0; }
   bool last_stage() const { return bridge_out_ < 0; }
   int64_t bridge_width() const;  // values per row the outgoing bridge carries (0: last stage)
+  bool draft() const { return graph_->has_hidden; }
+  int64_t hidden_width() const { return graph_->has_hidden ? graph_->width(BoundGraph::kHidden) : 0; }
   const std::string& device() const { return device_; }
 
   const ir::Plan& plan() const { return plan_; }

@@ -23,6 +23,10 @@ void step_and_collect(CudaExecutor& ex, const std::vector<StepInput>& batch, con
   int64_t n_rows = 0;
   bool selected = false;
   std::vector<cuda::TopKRow> req;
+  for (const StepInput& in : batch)  // a verify step of speculative decoding: not on the CUDA backend yet
+    if (in.logit_rows != 1)
+      throw RuntimeError(fmt::format("the CUDA backend returns the logits of one row per input, not {} (speculative "
+                                     "decoding runs on the CPU backend only)", in.logit_rows));
   for (size_t k = 0; k < batch.size(); ++k)
     if (batch[k].want_logits && !batch[k].tokens.empty()) {
       rows[k].push_back((int32_t)batch[k].tokens.size() - 1);

@@ -180,6 +180,11 @@ void kernels_attention(KernelBinder& kb, CudaStep& s) {
       throw RuntimeError(fmt::format("{}: cache width does not match the heads", op.describe()));
 }
 void kernels_none(KernelBinder&, CudaStep&) {}
+// concat only appears in the MTP draft graph, which the compiler never gives a CUDA plan (docs/speculative.md).
+void kernels_concat(KernelBinder&, CudaStep& s) {
+  throw RuntimeError(fmt::format("{}: the CUDA backend does not run the MTP draft head (speculative decoding runs on "
+                                 "the CPU backend only)", s.b->op->describe()));
+}
 
 using KernelsFn = void (*)(KernelBinder&, CudaStep&);
 constexpr std::array<KernelsFn, ir::kOpKindCount> kKernels = [] {
@@ -201,6 +206,7 @@ constexpr std::array<KernelsFn, ir::kOpKindCount> kKernels = [] {
   t[(size_t)OpKind::attention] = kernels_attention;
   t[(size_t)OpKind::gather_rows] = kernels_none;
   t[(size_t)OpKind::bridge] = kernels_none;
+  t[(size_t)OpKind::concat] = kernels_concat;
   return t;
 }();
 
@@ -332,6 +338,7 @@ constexpr std::array<ResFn, ir::kOpKindCount> kResources = [] {
   t[(size_t)OpKind::attention] = res_attention;
   t[(size_t)OpKind::gather_rows] = res_none;
   t[(size_t)OpKind::bridge] = res_none;
+  t[(size_t)OpKind::concat] = res_none;
   return t;
 }();
 
@@ -478,6 +485,7 @@ constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   t[(size_t)OpKind::attention] = run_per_sequence;
   t[(size_t)OpKind::gather_rows] = run_gather_rows;
   t[(size_t)OpKind::bridge] = run_bridge;
+  t[(size_t)OpKind::concat] = run_bridge;  // never reached: kernels_concat refuses the op at bind
   return t;
 }();
 

@@ -143,6 +143,7 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
       case ir::OpKind::kv_write:
       case ir::OpKind::attention:
       case ir::OpKind::gather_rows:
+      case ir::OpKind::concat:
       case ir::OpKind::bridge: break;
     }
   }

@@ -37,6 +37,12 @@ class ForwardingBackend : public runtime::Backend {
   std::shared_ptr<runtime::Snapshot> save(int slot) const override { return inner_->save(slot); }
   void restore(int slot, const runtime::Snapshot& snap) override { inner_->restore(slot, snap); }
   int64_t snapshot_bytes() const override { return inner_->snapshot_bytes(); }
+  int draft_tokens() const override { return inner_->draft_tokens(); }
+  bool can_draft(int slot) const override { return inner_->can_draft(slot); }
+  std::vector<int32_t> draft(int slot, int32_t next, int k, const DraftPick& pick) override {
+    return inner_->draft(slot, next, k, pick);
+  }
+  void rollback(int slot, int64_t position) override { inner_->rollback(slot, position); }
 
  private:
   std::unique_ptr<runtime::Backend> inner_;
@@ -65,6 +71,11 @@ class RecordingBackend final : public ForwardingBackend {
       if (batch[k].want_logits) rows_[seen].push_back(out[k]);
     }
     return out;
+  }
+  void rollback(int slot, int64_t position) override {
+    ForwardingBackend::rollback(slot, position);
+    std::lock_guard<std::mutex> lk(mu_);
+    seen_[(size_t)slot].resize((size_t)position);
   }
   struct Snap final : runtime::Snapshot {
     std::shared_ptr<runtime::Snapshot> inner;

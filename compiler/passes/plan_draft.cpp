@@ -1,0 +1,114 @@
+// Pass: speculative decoding with the model's MTP head (docs/speculative.md). Decides whether a plan drafts and how
+// many tokens per step (--draft N forces N, 0 turns it off; without it a cost model chooses), lowers the MTP block
+// into the plan's draft graph (compiler/models/qwen35.cpp lower_qwen35_mtp) on the last stage's device, and says
+// why in a note. The memory pass counts what drafting holds per sequence (the head's own key and value cache, the
+// recurrent states a verify step keeps for a rollback).
+//
+// The cost model, per step of one sequence: a verify of k + 1 positions costs what reading the weights once costs
+// or what computing k + 1 rows costs, whichever is more (the placement pass's decode and prefill figures per token);
+// each of the k draft steps reads the head's bytes (its layer, eh_proj and the shared lm_head) once. With a
+// probability a that a draft token is accepted given the previous one was, a step yields (1 - a^(k+1)) / (1 - a)
+// tokens on average. a is a prior until acceptance is measured on a trained model (kDraftAcceptancePrior); the
+// pass takes the k of 1..4 with the best expected tokens per unit of time, and none when no k beats plain decode
+// by kMinSpeedup.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "compiler/models/qwen35.h"
+#include "compiler/passes/passes.h"
+
+namespace qrig::compiler::passes {
+
+namespace {
+
+// llama.cpp's draft-mtp reports ~75% acceptance with 3 draft tokens on Qwen3.5; per-token acceptance a little lower.
+constexpr double kDraftAcceptancePrior = 0.7;
+constexpr double kMinSpeedup = 1.05;
+constexpr int64_t kMaxDraftTokens = 4;
+
+std::string off(ir::Plan& p, const std::string& why) {
+  p.draft_tokens = 0;
+  p.draft = {};
+  p.notes.push_back("draft: off: " + why);
+  return why;
+}
+
+}  // namespace
+
+void plan_draft(CompileContext& cx) {
+  ir::Plan& p = cx.plan;
+  const auto& hp = cx.params;
+  const int64_t asked = cx.options.draft_tokens;  // -1: the cost model decides
+  if (asked < -1 || asked > kMaxDraftTokens)
+    throw CompileError(fmt::format("draft tokens (--draft) must be in 0..{}, not {}", kMaxDraftTokens, asked));
+  if (asked == 0) {
+    off(p, "--draft 0");
+    return;
+  }
+  // Where drafting is not implemented, a forced --draft is refused by name, and the default is off (with why).
+  auto refuse = [&](const std::string& why) {
+    if (asked > 0) throw CompileError(fmt::format("--draft {}: {}", asked, why));
+    off(p, why);
+  };
+  if (hp.n_mtp < 1) return refuse("the model has no MTP block (nextn_predict_layers) to draft with");
+  if (p.backend != "cpu")
+    return refuse("speculative decoding is not implemented on the CUDA backend yet (the MTP head and the "
+                  "multi-position verify with its GDN rollback run on the CPU backend only: --backend cpu)");
+  if (p.placement.size() != 1)
+    return refuse("speculative decoding is not implemented on a pipeline of several stages yet");
+  if (p.kernel_family != "reference")
+    return refuse(fmt::format("speculative decoding is not implemented for the {} kernel family (its matmul "
+                              "numerics change with the step's rows, so a verify would not reproduce decode)",
+                              p.kernel_family));
+
+  // The cost model (see the top of this file).
+  const ir::Placement& pl = p.placement.back();
+  int64_t main_bytes = 0, head_bytes = 0;
+  const std::string mtp = fmt::format("blk.{}.", hp.n_layer);
+  for (const auto& t : cx.file.tensors()) {
+    const bool in_mtp = t.name.rfind(mtp, 0) == 0;
+    if (in_mtp || t.name == "output.weight") head_bytes += (int64_t)t.n_bytes;
+    if (!in_mtp && t.name.rfind("blk.", 0) == 0) main_bytes += (int64_t)t.n_bytes;
+    if (t.name == "output.weight" || t.name == "output_norm.weight") main_bytes += (int64_t)t.n_bytes;
+  }
+  const double decode = std::max(pl.decode_us_per_token, 1e-9), row = std::max(pl.prefill_us_per_token, 0.0);
+  const double head = decode * (double)head_bytes / (double)std::max<int64_t>(1, main_bytes);
+  const double a = kDraftAcceptancePrior;
+  int64_t best_k = 0;
+  double best = 1.0;
+  std::string table;
+  for (int64_t k = 1; k <= kMaxDraftTokens; ++k) {
+    const double tokens = (1 - std::pow(a, (double)k + 1)) / (1 - a);
+    const double step = std::max(decode, (double)(k + 1) * row) + (double)k * std::max(head, row);
+    const double speedup = tokens * decode / step;
+    table += fmt::format("{}k={} {:.2f}x", table.empty() ? "" : ", ", k, speedup);
+    if (speedup > best) {
+      best = speedup;
+      best_k = k;
+    }
+  }
+  std::string why;
+  if (asked > 0) {
+    p.draft_tokens = asked;
+    why = fmt::format("--draft {}", asked);
+  } else if (best < kMinSpeedup) {
+    off(p, fmt::format("the cost model expects no gain (acceptance prior {:.2f}: {})", a, table));
+    return;
+  } else {
+    p.draft_tokens = best_k;
+    why = fmt::format("the cost model's best (acceptance prior {:.2f} per token until measured: {})", a, table);
+  }
+  // A verify step keeps the recurrent states after each position from the token-serial GDN (docs/speculative.md).
+  if (p.draft_tokens + 1 >= p.gdn_recurrent_below) {
+    const int64_t k = p.draft_tokens;
+    return refuse(fmt::format("a verify of {} tokens would run the chunked GDN (recurrent below {} tokens), which "
+                              "does not keep the state after each position", k + 1, p.gdn_recurrent_below));
+  }
+  p.draft = lower_qwen35_mtp(hp, cx.file);
+  for (auto& op : p.draft.ops) op.set("device", pl.device);
+  p.notes.push_back(fmt::format("draft: {} token(s) per step from the MTP head blk.{} ({:.1f} MiB with the shared "
+                                "lm_head): {}", p.draft_tokens, hp.n_layer, (double)head_bytes / (1 << 20), why));
+}
+
+}  // namespace qrig::compiler::passes
