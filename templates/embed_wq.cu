@@ -7,6 +7,8 @@
 #include "qrig_common.cuh"
 #include "qrig_wtypes.cuh"
 
+static_assert(QRIG_WTYPE == WQ_TYPE_ID, "the weight type (QRIG_WTYPE) selects the decode of qrig_wtypes.cuh");
+
 static_assert(QRIG_D % WQ_BLOCK == 0, "embed_wq: D must be a multiple of the type's block");
 static_assert(QRIG_THREADS % 32 == 0 && QRIG_THREADS <= 1024, "embed_wq: bad block size");
 

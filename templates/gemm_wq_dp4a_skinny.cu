@@ -21,6 +21,8 @@
 #include "qrig_common.cuh"
 #include "qrig_wtypes.cuh"
 
+static_assert(QRIG_WTYPE == WQ_TYPE_ID, "the weight type (QRIG_WTYPE) selects the decode of qrig_wtypes.cuh");
+
 static_assert(QRIG_COLS >= 1 && QRIG_COLS <= 16 && (QRIG_COLS & (QRIG_COLS - 1)) == 0,
               "gemm_wq_dp4a_skinny: C is a power of two, at most 16");
 static_assert(QRIG_ROWS >= 1 && QRIG_ROWS <= 4 && (QRIG_ROWS & (QRIG_ROWS - 1)) == 0,

@@ -94,6 +94,7 @@
 #error "QRIG_WTYPE: no dp4a decode for this weight type"
 #endif
 #define WQ_UNITS (WQ_BLOCK / 32)
+#define WQ_TYPE_ID QRIG_WTYPE
 
 // One unit, decoded.
 struct WqUnit {

@@ -11,3 +11,4 @@ using namespace wqhost;
 #undef WQ_BBYTES
 #undef WQ_HAS_MIN
 #undef WQ_UNITS
+#undef WQ_TYPE_ID
