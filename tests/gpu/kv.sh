@@ -26,20 +26,7 @@
 # attention's share; nsys/ncu give the kernels' bandwidth). A short table is printed last; exit non-zero when a
 # test, a sanitizer or a verify failed.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-bundle=""
-for c in "$root/build-gpu/gpu-bundle" "$root/build/gpu-bundle"; do [[ -x "$c/qrig_tests_gpu" && -x "$c/qrig" ]] && { bundle=$c; break; }; done
-[[ -z "$bundle" ]] && { echo "kv.sh: no gpu-bundle with qrig_tests_gpu and qrig (build it: ninja -C build qrig_tests_gpu)" >&2; exit 2; }
-for d in "$bundle" "$bundle/qrig-libs" /usr/local/cuda/lib64 /usr/local/cuda/lib; do
-  [[ -d "$d" ]] && LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-done
-export LD_LIBRARY_PATH
-export XDG_CACHE_HOME=${QRIG_GPU_CACHE:-${TMPDIR:-/tmp}/qrig-gpu-cache}
-qrig="$bundle/qrig"
-tests="$bundle/qrig_tests_gpu"
-shared=${QRIG_SHARED_DIR:-$root/../shared}
-export QRIG_SHARED_DIR=$shared
-out=${OUT:-$PWD/gpu-out}
+source "$(dirname "$0")/bundle_env.sh" kv.sh
 models=${QRIG_MODEL_DIR:-/tmp/qrig-models}
 reps=${QRIG_BENCH_REPS:-2}
 mkdir -p "$out" "$models"

@@ -11,19 +11,7 @@
 #   5. speed: 9B synth at q8_0, q4_k_m, q5_k_m, q6_k, q4_0 (and 27B q4_k_m): qrig bench -p 512,4096 -n 128.
 # A short table is printed last.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-bundle=""
-for c in "$root/build-gpu/gpu-bundle" "$root/build/gpu-bundle"; do [[ -x "$c/qrig" ]] && { bundle=$c; break; }; done
-[[ -z "$bundle" ]] && { echo "wq.sh: no gpu-bundle (build it: ninja -C build qrig_tests_gpu)" >&2; exit 2; }
-for d in "$bundle" "$bundle/qrig-libs" /usr/local/cuda/lib64 /usr/local/cuda/lib; do
-  [[ -d "$d" ]] && LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-done
-export LD_LIBRARY_PATH
-export XDG_CACHE_HOME=${QRIG_GPU_CACHE:-${TMPDIR:-/tmp}/qrig-gpu-cache}
-qrig="$bundle/qrig"
-shared=${QRIG_SHARED_DIR:-$root/../shared}
-export QRIG_SHARED_DIR=$shared
-out=${OUT:-$PWD/gpu-out}
+source "$(dirname "$0")/bundle_env.sh" wq.sh
 mkdir -p "$out"
 export QRIG_GPU_REPORT=$out/wq_report.md
 what=${1:-all}
@@ -34,7 +22,7 @@ start=$(date +%s)
 
 if [[ $what == all || $what == check ]]; then
   : >"$QRIG_GPU_REPORT"
-  "$bundle/qrig_tests_gpu" "[wq]" >"$out/gpu_wq_tests.log" 2>&1
+  "$tests" "[wq]" >"$out/gpu_wq_tests.log" 2>&1
   add "gpu tests [wq]" "$( [[ $? == 0 ]] && echo ok || echo FAIL) ($(grep -E 'test cases' "$out/gpu_wq_tests.log" | tail -1))"
   worst=$(awk -F'|' '/vs same quantized/ {gsub(/ /,"",$5); if ($5+0 > m) m = $5+0} END {print m+0}' "$QRIG_GPU_REPORT")
   add "worst matmul error vs same activation" "$worst"
@@ -54,7 +42,7 @@ if [[ $what == all || $what == check ]]; then
   else
     add "memcheck" "compute-sanitizer not installed or no q4_k_m plan"
   fi
-  QRIG_BENCH_OUT=$out/gemv_wq.md "$bundle/qrig_tests_gpu" "block-type GEMV bandwidth at 9B shapes" >"$out/gemv_wq.log" 2>&1
+  QRIG_BENCH_OUT=$out/gemv_wq.md "$tests" "block-type GEMV bandwidth at 9B shapes" >"$out/gemv_wq.log" 2>&1
   add "GEMV bandwidth per type" "$(grep -E '^worst' "$out/gemv_wq.md" 2>/dev/null || echo FAIL)"
 fi
 
