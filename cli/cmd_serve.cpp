@@ -59,6 +59,8 @@ const Option kOptions[] = {
     {"--backend", "QRIG_BACKEND", "", "force a backend when compiling a .gguf: cpu | cuda"},
     {"--gpu-memory-utilization", "QRIG_GPU_MEMORY_UTILIZATION", "0.92",
      "fraction of each GPU's memory a compiled plan may use (.gguf only; the runtime needs ~0.6 GiB beyond the plan)"},
+    {"--prefix-cache-mib", "QRIG_PREFIX_CACHE_MIB", "-1",
+     "MiB for the prefix cache shared by all slots (cached KV + snapshots; 0: none; -1: 16 snapshots per slot; .gguf on the CPU only)"},
     {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
     {"--metrics-compat", "QRIG_METRICS_COMPAT", "", "also name metrics as llama-server and/or vLLM do: llamacpp,vllm"},
 };
@@ -180,6 +182,7 @@ int cmd_serve(int argc, char** argv) {
   // Checked before anything starts: a bad value is a usage error, not a failed load.
   const long long ctx_tokens = set.integer("--ctx", 0, 1ll << 40);
   const double gpu_fraction = set.number("--gpu-memory-utilization", 0.01, 1.0);
+  const long long prefix_mib = set.integer("--prefix-cache-mib", -1, 1ll << 30);
 
   // The model: the positional (or QRIG_MODEL), or --model; with a plan directory --model is its model file.
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";
@@ -192,7 +195,7 @@ int cmd_serve(int argc, char** argv) {
   if (!model_override.empty() && !plan_dir)
     throw UsageError(fmt::format("give the model once: {} and --model {}", model_path, model_override));
   if (plan_dir)
-    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization"})
+    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization", "--prefix-cache-mib"})
       if (set.given(set.find(f)) || (std::string(f) == "--backend" && !backend.empty()))
         throw UsageError(fmt::format("{} applies when compiling a .gguf; the plan {} fixes it (recompile with qrig compile)",
                                      f, model_path));
@@ -257,6 +260,7 @@ int cmd_serve(int argc, char** argv) {
     lo.ptx_jit = a.has("--ptx");
     lo.context_length = ctx_tokens;
     lo.gpu_memory_utilization = gpu_fraction;
+    lo.prefix_cache_mib = prefix_mib;
     lo.model_override = model_override;
     if (builtin) {
       model_path = builtin_model_path();

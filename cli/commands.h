@@ -42,6 +42,7 @@ struct LoadOptions {
   double gpu_memory_utilization = 0;  // CompileOptions::gpu_memory_utilization; 0: its default
   std::string model_override;  // --model: a plan directory's model file at a new place
   std::string kv;              // CompileOptions::kv (--kv k8v3); "" lets the compiler choose
+  int64_t prefix_cache_mib = -1;  // CompileOptions::prefix_cache_mib (--prefix-cache-mib); -1: the default
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
 

@@ -40,6 +40,7 @@ const Usage kUsages[] = {
      "  --gpu-memory-utilization F    fraction of each GPU's memory the plan may use [0.92]\n"
      "  --kv k8v3                     key and value cache formats k<bits>v<bits>, bits 16 (f16), 8 (q8), 4 (t4),\n"
      "                                3 (t3), 32 (f32) [the most precise pair that fits; CUDA: k16v16 only so far]\n"
+     "  --prefix-cache-mib N          the shared prefix cache's budget (0: none) [16 snapshots per slot; CPU only]\n"
      "  --precise | --precise-rows N  two-plane int8 activations in every GPU matmul / in matmuls of at most N rows [4]\n"
      "  --emulate-dp4a                a CPU plan computing the GPU family's numerics\n"
      "  --no-cuda-graphs              decode kernel by kernel\n"

@@ -68,6 +68,7 @@ ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& o
   passes::fuse_norm_quant(cx);
   passes::stack_matmuls(cx);
   passes::choose_kernels(cx);
+  passes::plan_prefix_cache(cx);
   passes::plan_memory(cx);
   ir::verify(p.graph);
   return p;

@@ -46,6 +46,8 @@ struct CompileOptions {
   double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
   // Key and value cache formats, spelled "k8v3" (kernels/kv_format.h); "" lets the KV-format pass choose.
   std::string kv;
+  // The shared prefix cache's budget in MiB (cached KV spans + snapshots); -1: the pass's default, 0: none.
+  int64_t prefix_cache_mib = -1;
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 
 namespace qrig::runtime {
@@ -86,6 +87,7 @@ struct EngineStats {
   int64_t requests_total = 0;
   double prompt_seconds_total = 0, generation_seconds_total = 0;
   int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
+  PrefixCacheStats prefix;  // the shared prefix cache (runtime/prefix_cache.h)
 };
 
 class Engine {
@@ -143,6 +145,12 @@ class Engine {
   // is not waiting, so it does not count against max_queue.
   std::atomic<int64_t> free_slots_{0};
   std::vector<std::unique_ptr<SlotCache>> cache_;
+  std::unique_ptr<PrefixCache> prefix_;  // shared by all slots (budget 0: holds nothing)
+  // Hooks into the shared prefix cache (the end of engine.cpp). admit_from_prefix_cache: restores the longest
+  // cached prefix of a's prompt, if longer than legacy_reuse (what a slot's own state offers), into the best free
+  // slot and sets a's slot and counts; false when it did not (a is untouched then). Throws like the backend.
+  bool admit_from_prefix_cache(Active& a, int64_t legacy_reuse);
+  void after_prefill_piece(Active& a);  // a prefill step of `a` ended: snapshot into the index at its cut points
   std::vector<uint64_t> cancelled_;
   uint64_t next_id_ = 1;
   uint64_t use_clock_ = 0;

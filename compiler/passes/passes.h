@@ -27,6 +27,7 @@ void quantize_matmul_inputs(CompileContext& cx);  // dp4a: explicit quantize ops
 void fuse_norm_quant(CompileContext& cx);         // rmsnorm + quantize -> rmsnorm_quant
 void stack_matmuls(CompileContext& cx);           // matmuls on one input -> matmul_stack
 void choose_kernels(CompileContext& cx);          // CUDA: kernel variants per op and range of rows, and why
+void plan_prefix_cache(CompileContext& cx);       // cut and snapshot points, shared prefix cache budget
 void plan_memory(CompileContext& cx);             // bytes per device, arena offsets, context length that fits
 
 // The KV-format pass's second half, which needs what the memory pass knows (choose_kv_format.cpp): the format

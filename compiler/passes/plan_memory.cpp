@@ -220,6 +220,10 @@ void plan_memory(CompileContext& cx) {
   m.snapshots_per_slot = kSnapshotsPerSlot;
   m.snapshot_bytes = 0;
   for (const auto& dev : order) m.snapshot_bytes += parts.at(dev).state_bytes;
+  // The shared prefix cache (plan_prefix_cache): its default budget is 16 snapshots per slot with their KV spans
+  // (sized here, where a snapshot's bytes are known); it is held on the plan's one device, beside the per-slot
+  // snapshots, and taken on demand like them.
+  if (p.prefix_cache.budget_bytes < 0) p.prefix_cache.budget_bytes = 16 * slots * m.snapshot_bytes;
 
   // Budgets: each stage's device (the placement pass's devices, in stage order); budget_bytes is the smallest.
   const std::vector<const RigDevice*> stage_devs = pipeline_devices(cx);
@@ -260,6 +264,7 @@ void plan_memory(CompileContext& cx) {
       d.mem.budget = budget_of.at(dev);
       d.mem.states = slots * d.state_bytes;
       d.mem.snapshots = slots * m.snapshots_per_slot * d.state_bytes;
+      if (dev == order[0]) d.mem.snapshots += p.prefix_cache.budget_bytes;
       if (cuda) {
         d.mem.arena = layout_arena(p, dev, context);
         // tokens, positions; output rows, argmax; a stage's bridge buffers (two in, two out)
@@ -367,6 +372,11 @@ void plan_memory(CompileContext& cx) {
                                 (double)m.state_bytes_per_sequence / (1 << 20), (double)m.activation_bytes / (1 << 20),
                                 m.snapshots_per_slot, (double)m.snapshot_bytes / (1 << 20), ctx, slots,
                                 hp.context_length, fits));
+  if (p.prefix_cache.budget_bytes > 0)
+    p.notes.push_back(fmt::format("prefix cache: {:.1f} MiB shared by all slots on {} (KV spans + snapshots, LRU; "
+                                  "--prefix-cache-mib), cut every {} tokens and at message markers: {}",
+                                  (double)p.prefix_cache.budget_bytes / (1 << 20), order[0], p.prefix_cache.chunk,
+                                  p.prefix_cache.markers));
 }
 
 }  // namespace qrig::compiler::passes

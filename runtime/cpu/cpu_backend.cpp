@@ -63,13 +63,23 @@ void read_weights_in(const ir::Plan& plan, const gguf::File& f, const LoadProgre
 struct CpuSnapshot : Snapshot {
   std::vector<std::vector<float>> states;  // non-positional states only (empty vector for KV caches)
 };
+// Positions [begin, end) of every key and value cache of one executor's sequence (empty vectors for the other
+// states), rows as the caches hold them (fp32 values or a quantized format's bytes).
+struct CpuKvSpan : KvSpan {
+  std::vector<std::vector<float>> states;
+  int64_t bytes() const override {
+    int64_t b = 0;
+    for (const auto& s : states) b += (int64_t)s.size() * 4;
+    return b;
+  }
+};
 // Every slot's sequence of one executor (the whole plan, or one stage's part), and its snapshots: the
 // non-positional states (conv, GDN) copied, the key and value caches left in place (append-only by position).
 struct CpuSlots {
   std::vector<CpuSequence> seqs;
   std::vector<bool> positional;  // per graph state: a key or value cache
 
-  CpuSlots(const CpuExecutor& ex, const ir::Plan& plan) {
+  CpuSlots(const CpuExecutor& ex, const ir::Plan& plan) : ctx(plan.context_length) {
     for (int64_t s = 0; s < plan.max_sequences; ++s) seqs.push_back(ex.new_sequence());
     for (const auto& st : plan.graph.states) {
       bool pos = false;
@@ -106,6 +116,53 @@ struct CpuSlots {
     for (size_t i = 0; i < positional.size(); ++i)
       if (!positional[i]) b += (int64_t)seqs[0].buffers[i].size() * 4;
     return b;
+  }
+  // KV spans: a cache buffer holds context_length rows of equal size, position-major (executor.cpp).
+  int64_t ctx = 0;
+  int64_t row_floats(size_t i) const { return positional[i] ? (int64_t)seqs[0].buffers[i].size() / ctx : 0; }
+  std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const {
+    const CpuSequence& s = seq(slot);
+    if (begin < 0 || begin > end || end > s.n_past)
+      throw RuntimeError(fmt::format("KV span [{}, {}) beyond slot {}'s {} positions", begin, end, slot, s.n_past));
+    auto span = std::make_shared<CpuKvSpan>();
+    span->begin = begin;
+    span->end = end;
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+      const int64_t r = row_floats(i);
+      span->states.emplace_back(s.buffers[i].begin() + begin * r, s.buffers[i].begin() + end * r);
+    }
+    return span;
+  }
+  const CpuKvSpan& check_span(const KvSpan& span, int64_t begin, int64_t end) const {
+    const auto* cs = dynamic_cast<const CpuKvSpan*>(&span);
+    if (!cs || cs->states.size() != positional.size()) throw RuntimeError("KV span of another backend");
+    if (begin < cs->begin || begin > end || end > cs->end || end > ctx)
+      throw RuntimeError(fmt::format("positions [{}, {}) outside the KV span [{}, {})", begin, end, cs->begin, cs->end));
+    for (size_t i = 0; i < positional.size(); ++i)
+      if ((int64_t)cs->states[i].size() != (cs->end - cs->begin) * row_floats(i))
+        throw RuntimeError("KV span of another stage");
+    return *cs;
+  }
+  void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end) {
+    const CpuKvSpan& cs = check_span(span, begin, end);
+    CpuSequence& s = seq(slot);
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+      const int64_t r = row_floats(i);
+      std::copy(cs.states[i].begin() + (begin - cs.begin) * r, cs.states[i].begin() + (end - cs.begin) * r,
+                s.buffers[i].begin() + begin * r);
+    }
+  }
+  std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const {
+    const CpuKvSpan& cs = check_span(span, begin, end);
+    auto out = std::make_shared<CpuKvSpan>();
+    out->begin = begin;
+    out->end = end;
+    for (size_t i = 0; i < cs.states.size(); ++i) {
+      const int64_t r = row_floats(i);
+      out->states.emplace_back(cs.states[i].begin() + (begin - cs.begin) * r,
+                               cs.states[i].begin() + (end - cs.begin) * r);
+    }
+    return out;
   }
 };
 
@@ -156,6 +213,16 @@ class CpuBackend final : public Backend {
   std::shared_ptr<Snapshot> save(int slot) const override { return slots_->save(slot); }
   void restore(int slot, const Snapshot& snap) override { slots_->restore(slot, snap); }
   int64_t snapshot_bytes() const override { return slots_->snapshot_bytes(); }
+  bool kv_spans() const override { return true; }
+  std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const override {
+    return slots_->save_kv(slot, begin, end);
+  }
+  void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end) override {
+    slots_->restore_kv(slot, span, begin, end);
+  }
+  std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const override {
+    return slots_->slice_kv(span, begin, end);
+  }
 
  private:
   CpuSequence& seq(int slot) { return slots_->seq(slot); }
