@@ -211,10 +211,12 @@ int cmd_inspect(int argc, char** argv) {
              mib(p.memory.snapshot_bytes), mib(p.memory.budget_bytes));
   {
     const ir::PrefixCachePolicy& pc = p.prefix_cache;
-    if (pc.budget_bytes > 0)
-      fmt::print("prefix    shared cache {:.1f} MiB (KV spans + snapshots, LRU); ", mib(pc.budget_bytes));
+    if (pc.mode == "shared")
+      fmt::print("prefix    shared by all slots, {:.1f} MiB (KV spans + snapshots, LRU); ", mib(pc.budget_bytes));
+    else if (pc.mode == "off")
+      fmt::print("prefix    off: no reuse (--prefix-cache-mib 0); ");
     else
-      fmt::print("prefix    no shared cache (per-slot snapshots at prompt ends); ");
+      fmt::print("prefix    per slot (its own prompt-end snapshots and last output; no shared index here); ");
     fmt::print("cut every {} tokens, at message markers: {}\n", pc.chunk, pc.markers.empty() ? "none" : pc.markers);
     fmt::print("          snapshots at: the first message's end and next header (system prompt, tools), the last\n"
                "          header (start of the assistant turn), every {} tokens, and one token before the prompt's end\n",

@@ -81,6 +81,9 @@ struct KernelChoice {
 // system prompt or tool definitions) and its next header, the start of the last turn (the generation prompt's
 // header: "<|im_start|>assistant\n"), each multiple of `chunk`, and the position before the last token.
 struct PrefixCachePolicy {
+  // "shared": the index shared by all slots (CPU, one stage), a slot's own state where the index has nothing;
+  // "per-slot": only a slot's own state (its prompt-end snapshots, its last output); "off": no reuse at all.
+  std::string mode = "per-slot";
   int64_t budget_bytes = 0;   // cached KV spans + snapshots the engine may hold (all devices); 0: no shared cache
   int64_t chunk = 0;          // regular cut and snapshot interval (a multiple of gdn_chunk); 0: none
   int64_t turn_start = -1;    // token id opening a message ("<|im_start|>"); -1: no message markers

@@ -269,6 +269,7 @@ std::vector<Engine::Failed> Engine::admit_locked() {
   std::vector<Failed> failed;
   start_waiting_samples_locked();
   auto may_start = [](const std::unique_ptr<Active>& q) { return !q->group || q->leads_group || q->group->broken; };
+  const bool reuse_off = backend_->plan().prefix_cache.mode == "off";
   while (true) {
     auto next = std::find_if(queue_.begin(), queue_.end(), may_start);
     if (next == queue_.end()) break;
@@ -285,8 +286,9 @@ std::vector<Engine::Failed> Engine::admit_locked() {
       };
       int64_t reuse = 0;
       int snap = -1;
-      if (!c.tokens.empty() && is_prefix(c.tokens)) reuse = (int64_t)c.tokens.size();
-      for (size_t k = 0; k < c.snaps.size(); ++k)
+      // plan.prefix_cache.mode "off": every prompt from scratch.
+      if (!reuse_off && !c.tokens.empty() && is_prefix(c.tokens)) reuse = (int64_t)c.tokens.size();
+      for (size_t k = 0; k < c.snaps.size() && !reuse_off; ++k)
         if ((int64_t)c.snaps[k].tokens.size() > reuse && is_prefix(c.snaps[k].tokens)) {
           reuse = (int64_t)c.snaps[k].tokens.size();
           snap = (int)k;
@@ -615,8 +617,11 @@ void Engine::run_step() {
 bool Engine::admit_from_prefix_cache(Active& a, int64_t legacy_reuse) {
   const std::vector<int32_t>& prompt = a.req.prompt;
   const PrefixCache::Hit hit = prefix_->lookup(prompt, a.cuts);
-  // The index's state is a prefill from scratch's: on a tie it beats a slot's own state at an older end.
-  if (!hit.node || hit.pos < legacy_reuse) return false;
+  // The index's state is a prefill from scratch's, a slot's own state at an older prompt's or output's end is not
+  // (its GDN chunks were cut there): any hit wins, so that a hit's output is the cache-off run's bit for bit. The
+  // slot's own state serves what the index does not hold (a strict extension of a short prompt or of an output).
+  (void)legacy_reuse;
+  if (!hit.node) return false;
   // The free slot already holding most of the hit's KV entries (least recently used among equals).
   int slot = -1;
   int64_t valid = -1;

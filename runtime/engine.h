@@ -147,8 +147,8 @@ class Engine {
   std::vector<std::unique_ptr<SlotCache>> cache_;
   std::unique_ptr<PrefixCache> prefix_;  // shared by all slots (budget 0: holds nothing)
   // Hooks into the shared prefix cache (the end of engine.cpp). admit_from_prefix_cache: restores the longest
-  // cached prefix of a's prompt, if longer than legacy_reuse (what a slot's own state offers), into the best free
-  // slot and sets a's slot and counts; false when it did not (a is untouched then). Throws like the backend.
+  // cached prefix of a's prompt into the best free slot and sets a's slot and counts (preferred to legacy_reuse,
+  // what a slot's own state offers); false when there is none (a is untouched then). Throws like the backend.
   bool admit_from_prefix_cache(Active& a, int64_t legacy_reuse);
   void after_prefill_piece(Active& a);  // a prefill step of `a` ended: snapshot into the index at its cut points
   std::vector<uint64_t> cancelled_;

@@ -49,7 +49,11 @@ void plan_prefix_cache(CompileContext& cx) {
   // the per-slot snapshots at prompt ends (plan.memory.snapshots_per_slot) and no shared cache.
   const bool copies_kv = p.backend == "cpu" && p.placement.size() == 1;
   const int64_t asked = cx.options.prefix_cache_mib;
-  if (!copies_kv) {
+  pc.mode = asked == 0 ? "off" : copies_kv ? "shared" : "per-slot";
+  if (asked == 0) {
+    pc.budget_bytes = 0;
+    p.notes.push_back("prefix cache: off (--prefix-cache-mib 0): every prompt is prefilled whole");
+  } else if (!copies_kv) {
     pc.budget_bytes = 0;
     if (asked > 0)
       throw CompileError(fmt::format("--prefix-cache-mib: the shared prefix cache runs on the CPU backend of one "
@@ -57,7 +61,7 @@ void plan_prefix_cache(CompileContext& cx) {
     p.notes.push_back(fmt::format("prefix cache: no shared index on {} ({} stage(s)): copying KV spans between slots "
                                   "is not implemented there; each slot reuses its own prompt-end snapshots",
                                   p.backend, p.placement.size()));
-  } else if (asked >= 0) {
+  } else if (asked > 0) {
     pc.budget_bytes = asked << 20;
   } else {
     pc.budget_bytes = -1;  // plan_memory: 16 snapshots per slot once their size is known

@@ -37,6 +37,16 @@ class ForwardingBackend : public runtime::Backend {
   std::shared_ptr<runtime::Snapshot> save(int slot) const override { return inner_->save(slot); }
   void restore(int slot, const runtime::Snapshot& snap) override { inner_->restore(slot, snap); }
   int64_t snapshot_bytes() const override { return inner_->snapshot_bytes(); }
+  bool kv_spans() const override { return inner_->kv_spans(); }
+  std::shared_ptr<runtime::KvSpan> save_kv(int slot, int64_t begin, int64_t end) const override {
+    return inner_->save_kv(slot, begin, end);
+  }
+  void restore_kv(int slot, const runtime::KvSpan& span, int64_t begin, int64_t end) override {
+    inner_->restore_kv(slot, span, begin, end);
+  }
+  std::shared_ptr<runtime::KvSpan> slice_kv(const runtime::KvSpan& span, int64_t begin, int64_t end) const override {
+    return inner_->slice_kv(span, begin, end);
+  }
 
  private:
   std::unique_ptr<runtime::Backend> inner_;
