@@ -121,13 +121,15 @@ PrefixCache::Node* PrefixCache::split(Node* n, int64_t at) {
   return u;
 }
 
-void PrefixCache::drop(Node* n) {
+void PrefixCache::drop(Node* n, const std::vector<const Node*>& keep) {
   stats_.bytes -= node_bytes(*n);
   Node* parent = n->parent;
   parent->children.erase(n->edge.front());
   --stats_.nodes;
-  // A parent left without children or snapshot holds nothing anyone can restore.
-  if (parent != root_.get() && parent->children.empty() && !parent->snap) drop(parent);
+  // A parent left without children or snapshot holds nothing anyone can restore (unless it is being extended).
+  if (parent != root_.get() && parent->children.empty() && !parent->snap &&
+      std::find(keep.begin(), keep.end(), parent) == keep.end())
+    drop(parent, keep);
 }
 
 // Evicts least recently used entries (leaves whole, or the snapshots of inner nodes) until `need` more bytes fit,
@@ -148,7 +150,7 @@ bool PrefixCache::make_room(int64_t need, const std::vector<const Node*>& keep) 
     if (!victim) return false;
     ++stats_.evictions;
     if (victim->children.empty()) {
-      drop(victim);
+      drop(victim, keep);
     } else {
       stats_.bytes -= backend_.snapshot_bytes();
       victim->snap.reset();
@@ -176,8 +178,11 @@ void PrefixCache::insert(int slot, const std::vector<int32_t>& tokens) {
     if (k < child->end) break;  // inside the child's edge
   }
   const int64_t snap_bytes = backend_.snapshot_bytes();
-  const bool inside = n != root_.get() && matched < n->end;
-  if (!inside && n->end == p && n != root_.get()) {  // a node ends here already
+  if (n != root_.get() && matched < n->end) {  // inside n's edge: split there, so that n's rest may be evicted
+    n = split(n, matched);
+    path.back() = n;
+  }
+  if (n->end == p && n != root_.get()) {  // a node ends here already
     ++clock_;
     for (const Node* q : path) const_cast<Node*>(q)->last_use = clock_;
     if (n->snap) return;
@@ -187,23 +192,14 @@ void PrefixCache::insert(int slot, const std::vector<int32_t>& tokens) {
     ++stats_.inserts;
     return;
   }
-  // New bytes: the KV entries [matched, p) and a snapshot (a split only divides what is held).
-  const int64_t kv_bytes_per_pos = [&] {
-    auto probe = backend_.save_kv(slot, p - 1, p);
-    return probe->bytes();
-  }();
-  const int64_t need = (p - matched) * kv_bytes_per_pos + snap_bytes;
+  // A new leaf [matched, p): its KV entries and a snapshot.
+  const int64_t need = (p - matched) * backend_.save_kv(slot, p - 1, p)->bytes() + snap_bytes;
   if (!make_room(need, path)) return;
-  std::shared_ptr<KvSpan> kv = matched < p ? backend_.save_kv(slot, matched, p) : nullptr;
+  std::shared_ptr<KvSpan> kv = backend_.save_kv(slot, matched, p);
   std::shared_ptr<Snapshot> snap = backend_.save(slot);
-  if (inside) n = split(n, matched);  // n is now the node ending at `matched`
   ++clock_;
   for (const Node* q : path) const_cast<Node*>(q)->last_use = clock_;
-  n->last_use = clock_;
-  if (matched == p) {  // the split node ends here
-    n->snap = std::move(snap);
-    stats_.bytes += snap_bytes;
-  } else {
+  {
     auto leaf = std::make_unique<Node>();
     leaf->parent = n;
     leaf->begin = matched;

@@ -65,7 +65,7 @@ class PrefixCache {
  private:
   Node* split(Node* n, int64_t at);
   bool make_room(int64_t need, const std::vector<const Node*>& keep);
-  void drop(Node* n);  // a leaf, with its KV and snapshot
+  void drop(Node* n, const std::vector<const Node*>& keep);  // a leaf, with its KV and snapshot
   int64_t node_bytes(const Node& n) const;
 
   Backend& backend_;
