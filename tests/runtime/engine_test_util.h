@@ -111,15 +111,18 @@ inline std::vector<std::vector<int32_t>> engine_calls(const ir::Plan& plan, cons
   for (const auto& c : runtime::prefix_cuts(plan.prefix_cache, prompt))
     if (c.pos > begin) stops.push_back(c.pos);
   stops.push_back((int64_t)prompt.size());
-  // A step holds max_batch_tokens: whole chunks of it, or all of it when it is less than a chunk.
-  const int64_t cap = plan.max_batch_tokens >= plan.gdn_chunk ? plan.max_batch_tokens / plan.gdn_chunk * plan.gdn_chunk
-                                                              : plan.max_batch_tokens;
+  // A step holds max_batch_tokens: from a position on the grid, pieces up to the next grid line or cut while they
+  // fit (the first one cut to the budget when even it does not).
+  const int64_t C = plan.gdn_chunk, budget = plan.max_batch_tokens;
   std::vector<std::vector<int32_t>> calls;
   int64_t pos = begin;
   for (int64_t stop : stops) {
     while (pos < stop) {
-      int64_t e = pos % plan.gdn_chunk != 0 ? std::min(stop, (pos / plan.gdn_chunk + 1) * plan.gdn_chunk) : stop;
-      e = std::min(e, pos + cap);
+      int64_t e;
+      if (pos % C != 0) e = std::min(stop, (pos / C + 1) * C);
+      else if (stop - pos <= budget) e = stop;
+      else e = (pos + budget) / C * C;
+      if (e - pos > budget || e <= pos) e = pos + budget;
       calls.emplace_back(prompt.begin() + pos, prompt.begin() + e);
       pos = e;
     }
