@@ -1,7 +1,9 @@
 // The engine: the narrow interface the server and `qrig run` use (submit a request, receive tokens, cancel).
 // One scheduler thread owns the backend and runs continuous batching over its slots: requests join running
-// decode batches, long prompts are prefilled in chunks so they do not stall others, finished slots keep their
-// state for prefix reuse (recurrent state snapshots at prompt ends, since GDN state cannot be rolled back).
+// decode batches, long prompts are prefilled in chunks so they do not stall others (and cut at the plan's cut
+// points), prompts restore the longest prefix the shared prefix cache holds into any slot (runtime/prefix_cache.h,
+// docs/prefix-cache.md), and finished slots keep their own state for what the index does not hold (recurrent
+// state snapshots at prompt ends, since GDN state cannot be rolled back).
 // Several samples of one prompt (OpenAI `n`) share one prefill: submit_group() prefills the prompt once, keeps
 // the state snapshot and the logits at its end, and runs the samples one after another in that slot, each
 // restored from the snapshot (KV entries below the prompt's end are still the prompt's: append-only).

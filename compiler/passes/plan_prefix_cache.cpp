@@ -45,9 +45,10 @@ void plan_prefix_cache(CompileContext& cx) {
     pc.markers = "none (the chat template has no <|im_start|>/<|im_end|> messages, or the vocabulary lacks them)";
   }
   // The budget: what --prefix-cache-mib says, else room for 16 snapshots per slot with their KV spans. The shared
-  // index copies KV entries between slots, which only the CPU backend of one stage does so far: other plans keep
-  // the per-slot snapshots at prompt ends (plan.memory.snapshots_per_slot) and no shared cache.
-  const bool copies_kv = p.backend == "cpu" && p.placement.size() == 1;
+  // index copies KV entries between slots, which only the CPU backend does so far (its stages too: they share the
+  // host's memory, so the budget is counted once, on the first): CUDA plans keep the per-slot snapshots at prompt
+  // ends (plan.memory.snapshots_per_slot) and no shared cache.
+  const bool copies_kv = p.backend == "cpu";
   const int64_t asked = cx.options.prefix_cache_mib;
   pc.mode = asked == 0 ? "off" : copies_kv ? "shared" : "per-slot";
   if (asked == 0) {
@@ -56,8 +57,8 @@ void plan_prefix_cache(CompileContext& cx) {
   } else if (!copies_kv) {
     pc.budget_bytes = 0;
     if (asked > 0)
-      throw CompileError(fmt::format("--prefix-cache-mib: the shared prefix cache runs on the CPU backend of one "
-                                     "stage only (this plan: {} with {} stage(s))", p.backend, p.placement.size()));
+      throw CompileError(fmt::format("--prefix-cache-mib: the shared prefix cache runs on the CPU backend only so "
+                                     "far (this plan: {} with {} stage(s))", p.backend, p.placement.size()));
     p.notes.push_back(fmt::format("prefix cache: no shared index on {} ({} stage(s)): copying KV spans between slots "
                                   "is not implemented there; each slot reuses its own prompt-end snapshots",
                                   p.backend, p.placement.size()));

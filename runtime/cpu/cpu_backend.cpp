@@ -255,6 +255,16 @@ class CpuStage final : public PipelineStage {
   std::shared_ptr<Snapshot> save(int slot) const override { return slots_.save(slot); }
   void restore(int slot, const Snapshot& snap) override { slots_.restore(slot, snap); }
   int64_t snapshot_bytes() const override { return slots_.snapshot_bytes(); }
+  bool kv_spans() const override { return true; }
+  std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const override {
+    return slots_.save_kv(slot, begin, end);
+  }
+  void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end) override {
+    slots_.restore_kv(slot, span, begin, end);
+  }
+  std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const override {
+    return slots_.slice_kv(span, begin, end);
+  }
   void compute(const PipelineUnit& u, const std::vector<StepInput>& batch, int buf,
                const PipelineResults& res) override {
     int64_t row = 0;

@@ -78,7 +78,6 @@ TEST_CASE("prefix cuts: message starts, header ends, chunks and the last token; 
 
 TEST_CASE("prefix cache: a node restored into another slot continues as the slot it came from; splits; LRU budget",
           "[runtime][fixtures]") {
-  if (test::test_cpu_stages() != 1) return;  // the shared index runs on one stage (its plan has no budget otherwise)
   auto plan = test::plan_for(2);
   REQUIRE(plan.prefix_cache.mode == "shared");
   auto be = runtime::make_backend(plan);
