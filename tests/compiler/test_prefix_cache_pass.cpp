@@ -30,10 +30,16 @@ TEST_CASE("prefix cache pass: markers, budget, modes", "[compiler][fixtures]") {
   CHECK(f.get_string_array("tokenizer.ggml.tokens")[(size_t)pc.header_end] == "Ċ");
   CHECK(pc.header_max == 8);
   CHECK(pc.chunk == 512);
-  CHECK(pc.budget_bytes == 16 * 2 * p.memory.snapshot_bytes);
+  CHECK(pc.budget_bytes == 16 * 2 * p.memory.snapshot_bytes);  // the default rig has room for all of it
   REQUIRE(p.memory.devices.size() == 1);
   CHECK(p.memory.devices[0].snapshots == 2 * p.memory.snapshots_per_slot * p.memory.snapshot_bytes + pc.budget_bytes);
 
+  // A rig with little memory: at most a quarter of what is left for the caches, or none.
+  const auto small = compiler::Rig::parse("[[device]]\nkind=\"cpu\"\nmemory_gib=0.14\n", "small");
+  compiler::CompileOptions sc = co;
+  sc.context_length = 64;
+  auto ps = compiler::compile(f, small, sc);
+  CHECK((ps.prefix_cache.mode == "per-slot" || ps.prefix_cache.budget_bytes < 16 * 2 * ps.memory.snapshot_bytes));
   co.prefix_cache_mib = 3;
   CHECK(compiler::compile(f, compiler::Rig::default_cpu(), co).prefix_cache.budget_bytes == 3 << 20);
   co.prefix_cache_mib = 0;
