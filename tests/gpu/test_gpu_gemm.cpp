@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <memory>
 
 #include "runtime/cuda/gemm.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -350,4 +351,61 @@ TEST_CASE("PlanMatmul matches cpu::matmul at 9B and 27B shapes, one and two plan
       check_matmul(w, mm, {5, 40}, 26, 1999);
     }
   }
+}
+
+// The thresholds catch real bugs: each GEMM bug of tests/gpu/broken_kernels.h (off-by-one tile and loop indices, a
+// wrong second-plane step) patched into its template and compiled by NVRTC must miss kSameErr against the same
+// quantized activation, the real test's comparison; the unpatched templates through the same path stay within it,
+// one and two planes. K = 1280 leaves the skinny kernel a partial 512-byte chunk (16 of its 80 vectors), so its
+// tail runs; T = 100 leaves the tiled kernel a partial token tile; the skinny kernel runs T = 5 (c = 8) and 16.
+TEST_CASE("deliberately broken GEMM kernels (tiled and skinny) fail the GEMM threshold", "[gpu][broken]") {
+  const int64_t k = 1280, n = 1036;
+  const Q8Test w(n, k, 500);
+  const std::vector<int64_t> all = rows_of(n, 1);
+  std::map<std::pair<int64_t, int64_t>, std::pair<std::unique_ptr<Activation>, std::unique_ptr<References>>> inputs;
+  auto input = [&](int64_t T, int64_t planes) -> std::pair<const Activation*, const References*> {
+    auto& in = inputs[{T, planes}];
+    if (!in.first) {
+      in.first = std::make_unique<Activation>(T, k, 600 + (uint64_t)(T * 3 + planes), planes);
+      in.second = std::make_unique<References>(w, all, *in.first);
+    }
+    return {in.first.get(), in.second.get()};
+  };
+  int64_t caught = 0, bugs_run = 0;
+  for (const std::string kernel : {"gemm_q8_0_dp4a_tiled", "gemm_q8_0_dp4a_skinny"}) {
+    const bool tiled = kernel == "gemm_q8_0_dp4a_tiled";
+    std::vector<broken::Bug> bugs = {no_bug(kernel), no_bug(kernel)};
+    bugs[1].planes = 2;
+    for (const broken::Bug& b : broken::bugs_of(kernel)) bugs.push_back(b);
+    for (const broken::Bug& b : bugs) {
+      const int64_t planes = b.planes == 2 ? 2 : 1;
+      INFO(kernel << ", bug: " << (b.from.empty() ? "none" : b.what) << ", " << planes << " plane(s)");
+      double e = 0;
+      std::string shape = fmt::format("{}->{} p{} T=", k, n, planes);
+      for (const int64_t T : tiled ? std::vector<int64_t>{100} : std::vector<int64_t>{5, 16}) {
+        const auto [a, ref] = input(T, planes);
+        const Variant v = tiled ? gemm_q8_0_tiled_variant(planes, 64, 32, 4, 4, 2, 1)
+                                : gemm_q8_0_skinny_variant(planes, T <= 8 ? 8 : 16, 2, T <= 8 ? 2 : 1, T <= 8 ? 128 : 64);
+        const LoadedKernel kern = load_patched(v, b);
+        const auto y = run_poisoned(T, n, v.name, [&](float* out, StreamHandle s) {
+          if (tiled)
+            launch_gemm_q8_0_tiled(kern, w.device(), a->xq.data(), a->xd.data(), a->xq2.data(), T, out, s);
+          else
+            launch_gemm_q8_0_skinny(kern, w.device(), a->xq.data(), a->xd.data(), a->xq2.data(), T, out, s);
+        });
+        e = std::max(e, rel_err(y, ref->same));
+        shape += (shape.back() == '=' ? "" : ",") + std::to_string(T);
+      }
+      report_bug(b, shape, "vs same quantized activation", e, kSameErr);
+      if (b.from.empty()) {
+        CHECK(e <= kSameErr);
+      } else {
+        CHECK(e > kSameErr);
+        caught += e > kSameErr;
+        ++bugs_run;
+      }
+    }
+  }
+  CHECK(bugs_run == 6);
+  CHECK(caught == bugs_run);
 }
