@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -173,10 +174,15 @@ inline void report_bug(const broken::Bug& b, const std::string& shape, const std
                          none ? (value <= threshold ? "ok" : "FAIL") : (value > threshold ? "caught" : "MISSED")));
 }
 
-// The template of `v` with the bug patched in, compiled for this GPU's feature set and loaded like Gpu::load's.
+// The template of `v` with the bug patched in, compiled for this GPU's feature set (once per variant and bug in a
+// run: kernel sets are built again for every case) and loaded like Gpu::load's.
 inline LoadedKernel load_patched(const Variant& v, const broken::Bug& b) {
   Gpu& g = Gpu::get();
-  return load_kernel(broken::compile_patched(v, b, choose_arch(g.family_sm)), g.ptx);
+  static std::map<std::string, CompiledKernel> compiled;
+  const std::string key = v.name + "\n" + b.what + "\n" + b.from + "\n" + b.to;
+  auto it = compiled.find(key);
+  if (it == compiled.end()) it = compiled.emplace(key, broken::compile_patched(v, b, choose_arch(g.family_sm))).first;
+  return load_kernel(it->second, g.ptx);
 }
 
 // A loader for the kernel sets (gemm.h, gdn.h, attention.h) that compiles b.kernel's variants through
