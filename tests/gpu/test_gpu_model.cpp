@@ -485,7 +485,7 @@ LayerRun run_layers(runtime::CudaExecutor* ex, const runtime::CpuExecutor* cpu, 
 // runs of this test, 2026-12-02): the thresholds are those, 20x to 200x below the default plan's 6e-2. A kernel bug
 // adds errors far above the quantization's own (the broken-kernel cases: 1e-2 to 1). The first tap over its
 // threshold is reported.
-TEST_CASE("the precise CUDA plan matches its CPU emulation layer by layer (tiny)", "[gpu][short][layers]") {
+TEST_CASE("the precise CUDA plan matches its CPU emulation layer by layer (tiny)", "[gpu][layers]") {
   const ir::Plan plan = tiny_plan("", 1 << 20, 1);
   const ir::Plan emu_plan = tiny_plan("cpu", 1 << 20, 1, "dp4a-emulated");
   const ir::Plan f32_plan = tiny_plan("cpu", 1 << 20, 1);
