@@ -19,6 +19,8 @@
 // a bad request (context overflow, bad id) is refused before any state changes.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +30,7 @@
 #include "compiler/compile.h"
 #include "runtime/cpu/executor.h"
 #include "runtime/cuda/executor.h"
+#include "runtime/cuda/kernel_cache.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/fixtures.h"
 
@@ -539,4 +542,89 @@ TEST_CASE("the precise CUDA plan matches its CPU emulation layer by layer (tiny)
     report_row(fmt::format("| model layers (tiny, cuda precise) | {} | first tap over its threshold | {} | | {} |", mode,
                            first_over.empty() ? "none" : first_over, first_over.empty() ? "ok" : "FAIL"));
   }
+}
+
+// The layer comparison on a broken build: the precise plan's kernels from a scratch copy of the cubin cache in which
+// every attn_prefill entry is the template with its causal mask off by one (tests/gpu/broken_kernels.h: a token
+// sees the next key), loaded by a CUDA executor as a plan's kernels are. The same comparison as above must pass every
+// tap before the first attention layer's output and fail there (hidden.L+1 for attention layer L): the report names
+// the layer the bug is in.
+TEST_CASE("a deliberately broken attention kernel in the precise plan fails the layer comparison at its layer",
+          "[gpu][broken][layers]") {
+  Gpu& g = Gpu::get();
+  const ir::Plan plan = tiny_plan("", 1 << 20, 1);
+  const ir::Plan emu_plan = tiny_plan("cpu", 1 << 20, 1, "dp4a-emulated");
+  const ir::Plan f32_plan = tiny_plan("cpu", 1 << 20, 1);
+  int64_t first_attention = -1;
+  for (const auto& op : plan.graph.ops)
+    if (op.kind == ir::OpKind::attention && first_attention < 0) first_attention = op.i("layer");
+  REQUIRE(first_attention >= 0);
+  const auto refs = reference();
+  const runtime::CpuExecutor emu(emu_plan, runtime::open_plan_model(emu_plan));
+  const runtime::CpuExecutor f32(f32_plan, runtime::open_plan_model(f32_plan));
+  const LayerRun e = run_layers(nullptr, &emu, refs, 0), f = run_layers(nullptr, &f32, refs, 0);
+  const cuda::broken::Bug* bug = nullptr;
+  for (const cuda::broken::Bug& b : cuda::broken::bugs())
+    if (b.kernel == "attn_prefill" && b.what.find("causal mask") != std::string::npos) bug = &b;
+  REQUIRE(bug);
+  // The cache as the plan's kernels left it (an executor loads them all), copied, the bug's kernel patched in.
+  { runtime::CudaExecutor warm(plan, runtime::open_plan_model(plan)); }
+  const std::filesystem::path cache = cuda::KernelCache::default_dir();
+  const std::filesystem::path scratch =
+      std::filesystem::temp_directory_path() / fmt::format("qrig-broken-cache-{}", (long)getpid());
+  std::filesystem::remove_all(scratch);
+  std::filesystem::create_directories(scratch);
+  int patched = 0;
+  for (const auto& ent : std::filesystem::directory_iterator(cache)) {
+    if (!ent.is_regular_file()) continue;
+    std::filesystem::copy_file(ent.path(), scratch / ent.path().filename());
+  }
+  std::string plan_kernels;  // every op's kernel attribute: the variant names the plan launches
+  for (const auto& op : plan.graph.ops)
+    if (op.has("kernel")) plan_kernels += op.s("kernel") + "\n";
+  std::vector<std::string> stems;  // the entries of the plan's variants of the bug's kernel
+  for (const auto& ent : std::filesystem::directory_iterator(scratch)) {
+    const std::string stem = ent.path().stem().string(), name = stem.substr(0, stem.find('.'));
+    if (ent.path().extension() == ".cubin" && name.rfind(bug->kernel + "_", 0) == 0 &&
+        plan_kernels.find(name) != std::string::npos)
+      stems.push_back(stem);
+  }
+  const cuda::KernelCache scratch_cache(scratch);
+  for (const std::string& stem : stems) {  // <variant>.<arch>.<hash>
+    const cuda::CompiledKernel k = cuda::broken::compile_patched(cuda::parse_variant(stem.substr(0, stem.find('.'))), *bug,
+                                                           cuda::choose_arch(g.family_sm));
+    scratch_cache.store(stem, {k.cubin, k.ptx, k.log});
+    ++patched;
+  }
+  REQUIRE(patched > 0);
+  runtime::CudaOptions opt;
+  opt.cache_dir = scratch.string();
+  runtime::CudaExecutor ex(plan, runtime::open_plan_model(plan), opt);
+  const LayerRun b = run_layers(&ex, nullptr, refs, 0);
+  std::filesystem::remove_all(scratch);
+  const int64_t N = (int64_t)b.hidden.size() - 1;
+  REQUIRE(N > first_attention);
+  // Every tap before the attention layer's output within its threshold (the GDN layers run the real kernels), that
+  // one over it.
+  std::string first_over;
+  for (int64_t L = 1; L <= first_attention + 1; ++L) {
+    const std::string name = fmt::format("hidden.{}", L);
+    const int64_t w = b.width.at(name);
+    const double err = max_row_err(b.hidden.at(name), e.hidden.at(name), w);
+    const double threshold = std::max(max_row_err(e.hidden.at(name), f.hidden.at(name), w), 1e-5);
+    if (L <= first_attention) {
+      report("model layers (tiny, cuda precise, broken attn_prefill)", "prefill, all 4 sequences",
+             name + " vs CPU emulation (before the bug's layer)", err, threshold);
+      CHECK(err <= threshold);
+    } else {
+      report_bug(*bug, "tiny, precise plan, prefill", name + " vs CPU emulation (the bug's layer)", err, threshold);
+      CHECK(err > threshold);
+    }
+    if (err > threshold && first_over.empty()) first_over = name;
+  }
+  const std::string want = fmt::format("hidden.{}", first_attention + 1);
+  report_row(fmt::format("| model layers (tiny, cuda precise, broken attn_prefill) | prefill, all 4 sequences | first tap "
+                         "over its threshold (want {}) | {} | | {} |", want, first_over.empty() ? "none" : first_over,
+                         first_over == want ? "caught" : "MISSED"));
+  CHECK(first_over == want);
 }
