@@ -4,7 +4,9 @@
 #      tiled and skinny, GDN recurrent and chunked, attention decode, prefill and the split-KV merge) must miss
 #      the real tests' thresholds ("caught"), the unpatched templates through the same path must pass ("ok").
 #   2. qrig_tests_gpu "[layers]": the precise CUDA plan of the tiny fixture against its CPU emulation, layer by
-#      layer (hidden.0 .. hidden.N, logits), prefill and prefill + decode; the first tap over its threshold.
+#      layer (hidden.0 .. hidden.N, logits), prefill and prefill + decode; the first tap over its threshold. And
+#      the same comparison with the plan's attn_prefill broken (causal mask off by one, through a scratch cubin
+#      cache) must first fail at the first attention layer's output ("caught").
 # Usage: tests/gpu/thresholds.sh [NVRTC11_DIR]   with NVRTC11_DIR (as cmp_family.sh: libnvrtc.so.11.8.89 and its
 # builtins), both run a second time with the CMP's sm_70 kernels as PTX (QRIG_GPU_TEST_FAMILY=sm_70).
 # About a minute or two per family on an H200 (most of it NVRTC compiling the ~40 broken variants, which are never
