@@ -219,8 +219,9 @@ TEST_CASE("gdn chunked and recurrent agree with each other on the GPU (9B dims, 
 // softplus without its log1p term, a dropped query scale, P's causal mask off by one, a dropped chunk decay) patched
 // into its template and compiled by NVRTC must miss kTol on the output or the final state, the real test's
 // comparison, at the tiny model's dims (T = 130: three chunks, the last partial; 17 batches of the recurrent
-// kernel's 8 tokens, the last partial); the unpatched templates through the same path stay within it. Both paths run for every bug: the patched kernel's path
-// carries the bug, the other one is the real kernels (their error stays small, so the maximum is the bug's).
+// kernel's 8 tokens, the last partial); the unpatched templates through the same path stay within it. Both paths
+// run for every bug: the patched kernel's path carries the bug, the other one runs the real kernels (their error
+// stays small, so the maximum is the bug's).
 TEST_CASE("deliberately broken GDN kernels (recurrent and chunked) fail the GDN threshold", "[gpu][broken][gdn]") {
   std::vector<broken::Bug> bugs;
   for (const std::string kernel : {"gdn_recurrent", "gdn_chunk_prep", "gdn_chunk_scan"}) bugs.push_back(no_bug(kernel));
