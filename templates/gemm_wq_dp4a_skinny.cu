@@ -23,7 +23,9 @@
 // two. Grid: ceil(n_rows / (R * T/32)).
 // Arguments: wa, wb (the repacked weights; wb 16-byte aligned), xq, xd, xq2 (P = 2; else unused), y, k (a
 // multiple of the type's block), n_rows, n_tokens (1 <= n_tokens <= C).
+#ifndef QRIG_HOST_EMULATION  // tests/cuda/test_wq_emulate.cpp runs this file on host threads with its own helpers
 #include "qrig_common.cuh"
+#endif
 #include "qrig_wtypes.cuh"
 
 static_assert(QRIG_WTYPE == WQ_TYPE_ID, "the weight type (QRIG_WTYPE) selects the decode of qrig_wtypes.cuh");

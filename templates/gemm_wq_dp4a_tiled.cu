@@ -39,7 +39,9 @@
 // Grid: (ceil(n_tokens / BT), ceil(n_rows / BN)).
 // Arguments: wa, wb (the repacked weights; wb 16-byte aligned), xq, xd, xq2 (P = 2, laid out like xq; else
 // unused), y, k (a multiple of 128 and of the type's block), n_rows, n_tokens.
+#ifndef QRIG_HOST_EMULATION  // tests/cuda/test_wq_emulate.cpp runs this file on host threads with its own helpers
 #include "qrig_common.cuh"
+#endif
 #include "qrig_wtypes.cuh"
 
 static_assert(QRIG_WTYPE == WQ_TYPE_ID, "the weight type (QRIG_WTYPE) selects the decode of qrig_wtypes.cuh");
