@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GGUF weight formats on a GPU machine (issue "GPU run: the GGUF weight formats"), with the gpu-bundle built
 # here (ninja -C build qrig_tests_gpu) and the kquant fixtures under $QRIG_SHARED_DIR/fixtures/kquant.
-# Usage: tests/gpu/wq.sh [check|micro|speed|all]   (each of check and speed fits one device call of < 8 minutes)
-#   check: steps 1-3; micro: step 4; speed: steps 4-5 (the GEMV/GEMM micro-benchmarks, then 9B Q8_0 vs Q4_K_M);
+# Usage: tests/gpu/wq.sh [check|micro|models|speed|all]   (check and speed each fit one device call of < 8 minutes)
+#   check: steps 1-3; micro: step 4; models: step 5; speed: steps 4-5 (the GEMV/GEMM micro-benchmarks, then 9B
+#   Q8_0 vs Q4_K_M; a model not started within $QRIG_WQ_BUDGET_S = 420 s is skipped: run `models` then);
 #   all: everything (and the other synth types when $QRIG_WQ_ALL_TYPES=1).
 # Steps, logs under $OUT:
 #   1. qrig_tests_gpu "[wq]": every block type's matmul (the GEMV with every variant of the tuning sweep, the
@@ -62,7 +63,7 @@ if [[ $what == all || $what == micro || $what == speed ]]; then
   add "tiled GEMM vs Q8_0 (T 4096)" "$(grep -E '^- ' "$out/gemm_wq.md" 2>/dev/null | tr '\n' ' ' || echo FAIL)"
 fi
 
-if [[ $what == all || $what == speed ]]; then
+if [[ $what == all || $what == speed || $what == models ]]; then
   models=${QRIG_MODEL_DIR:-/tmp/qrig-models}
   mkdir -p "$models"
   budget=${QRIG_WQ_BUDGET_S:-420}  # no new model after 7 minutes: a device call runs at most 10
