@@ -3,14 +3,17 @@
 // recurrent state after each position for a rollback (templates/conv1d_silu_f32.cu, gdn_recurrent.cu), compile
 // with NVRTC for sm_70 (NVRTC 11.8: PTX with nothing newer than sm_70), sm_75 and sm_90 with no spills, no stack
 // frame and the declared block size, at the tiny fixture's, 9B's and 27B's GDN dims. Also the host side: the
-// launchers refuse what the kernels cannot keep before any launch.
+// launchers refuse what the kernels cannot keep before any launch, and the executor's layout of a plan that drafts
+// holds draft_tokens copies of every slot's recurrent states (a memory table without them is refused).
 #include <catch2/catch.hpp>
 
 #include <map>
 
 #include "kernels/gdn.h"
 #include "kernels/pointwise.h"
+#include "runtime/bound_graph.h"
 #include "runtime/cuda/gdn.h"
+#include "runtime/cuda/layout.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/pointwise.h"
 #include "tests/cuda/compiled_checks.h"
@@ -86,4 +89,25 @@ TEST_CASE("the state-keeping launches and the concat check their arguments befor
   CHECK_THROWS_AS(launch_concat_f32(cat, p, 0, p + 8, 8, 2, out, s), KernelError);
   CHECK_THROWS_AS(launch_concat_f32(cat, p, 8, p + 8, 8, 0, out, s), KernelError);
   CHECK_THROWS_AS(launch_concat_f32(fake(add_f32_variant()), p, 8, p + 8, 8, 2, out, s), KernelError);
+}
+
+TEST_CASE("a plan that drafts gets draft_tokens copies of each slot's recurrent states; its memory table must count "
+          "them", "[cuda][draft][fixtures]") {
+  compiler::CompileOptions o;
+  o.max_gpus = 1;  // the runtime runs single-GPU plans
+  ir::Plan p = presets::compile_preset("tiny", "h200", o);
+  const gguf::File f = gguf::File::open(presets::kFixtures + "tiny.gguf");
+  const runtime::BoundGraph g(p);
+  const DeviceLayout plain = device_layout(p, g, f);
+  CHECK(plain.kept_floats == 0);
+  CHECK_NOTHROW(check_layout(plain, p));
+  p.draft_tokens = 3;  // what the draft pass decides on a backend that drafts
+  const DeviceLayout drafting = device_layout(p, g, f);
+  REQUIRE(plain.rec_floats > 0);
+  CHECK(drafting.kept_floats == 3 * plain.rec_floats);
+  CHECK(drafting.slot_bytes == plain.slot_bytes + 3 * plain.rec_floats * 4);
+  // The memory pass counts them for a plan that drafts (plan_memory.cpp draft_rollback); this table does not.
+  CHECK_THROWS_WITH(check_layout(drafting, p), Catch::Contains("slot states"));
+  p.memory.devices[0].states += p.max_sequences * 3 * plain.rec_floats * 4;
+  CHECK_NOTHROW(check_layout(drafting, p));
 }
