@@ -23,7 +23,6 @@
 
 #include <algorithm>
 
-#include "cli/synth.h"
 #include "compiler/compile.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/gdn.h"
