@@ -1,6 +1,7 @@
 // `qrig bench PLAN|MODEL`: llama-bench's tests on a plan. ppN = prefill N random tokens into an empty sequence
 // (in steps of the plan's max_batch_tokens, the last one producing the next token), tgN = N greedy decode steps
-// of one token; -d D first fills the sequence with D tokens (untimed), so the test runs at depth D. Each test
+// of one token; -d D first fills the sequence with D tokens (untimed, once per depth: each repetition restores the
+// filled state), so the test runs at depth D. Each test
 // runs once to warm up, then -r times; the table gives mean +- sd of tokens/s over the repetitions, like
 // llama-bench. On CUDA plans the greedy choice is made on the GPU (argmax kernel), so no logits cross the bus;
 // on CPU plans the logits are read and argmaxed on the host. A pipeline plan (several stages) runs through its
@@ -43,6 +44,14 @@ class BenchModel {
   virtual std::string note() const { return {}; }  // a line under the table
   virtual std::vector<runtime::StageStats> stage_stats() const { return {}; }
   virtual void reset_stage_stats() {}
+  // The sequence's state at its position (runtime/backend.h Snapshot): a test at depth D fills D tokens once and
+  // each repetition restores this instead of filling again (the KV rows below D are not touched by the test).
+  virtual std::shared_ptr<runtime::Snapshot> save() const = 0;
+  virtual void restore(const runtime::Snapshot& s) = 0;
+  // Several sequences at once (--sequences): one step over the inputs (each slot's tokens); the greedy next token
+  // of each input that wants logits (-1 for the others), in order.
+  virtual std::vector<int32_t> run_many(const std::vector<runtime::StepInput>& inputs) = 0;
+  virtual void reset_slot(int slot) = 0;
   // Speculative decoding (plans that draft): one step from `next` with at most `room` drafts; the tokens generated.
   virtual int draft_tokens() const { return 0; }
   virtual std::vector<int32_t> run_draft(int32_t next, int64_t room) {
@@ -62,6 +71,16 @@ class BackendModel final : public BenchModel {
   std::vector<runtime::StageStats> stage_stats() const override { return b_->stage_stats(); }
   void reset_stage_stats() override { b_->reset_stage_stats(); }
   void reset() override { b_->reset(0); }
+  void reset_slot(int slot) override { b_->reset(slot); }
+  std::vector<int32_t> run_many(const std::vector<runtime::StepInput>& inputs) override {
+    auto out = b_->step(inputs);
+    std::vector<int32_t> next;
+    for (const auto& l : out)
+      next.push_back(l.empty() ? -1 : (int32_t)(std::max_element(l.begin(), l.end()) - l.begin()));
+    return next;
+  }
+  std::shared_ptr<runtime::Snapshot> save() const override { return b_->save(0); }
+  void restore(const runtime::Snapshot& s) override { b_->restore(0, s); }
   int32_t run(const std::vector<int32_t>& tokens, bool last) override {
     if (last && b_->top_k_max() > 0) {
       std::vector<std::optional<runtime::TopCandidates>> top;
@@ -105,6 +124,19 @@ class CudaModel final : public BenchModel {
   CudaModel(const ir::Plan& plan, bool graphs)
       : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, {}, graphs, {}}) {}
   void reset() override { ex_.reset(0); }
+  void reset_slot(int slot) override { ex_.reset(slot); }
+  std::vector<int32_t> run_many(const std::vector<runtime::StepInput>& inputs) override {
+    std::vector<std::vector<int32_t>> rows;
+    for (const auto& in : inputs)
+      rows.push_back(in.want_logits ? std::vector<int32_t>{(int32_t)in.tokens.size() - 1} : std::vector<int32_t>{});
+    const auto picked = ex_.step(inputs, rows, false, true).argmax;
+    std::vector<int32_t> next;
+    size_t k = 0;
+    for (const auto& in : inputs) next.push_back(in.want_logits ? picked.at(k++) : -1);
+    return next;
+  }
+  std::shared_ptr<runtime::Snapshot> save() const override { return ex_.save(0); }
+  void restore(const runtime::Snapshot& s) override { ex_.restore(0, s); }
   int32_t run(const std::vector<int32_t>& tokens, bool last) override {
     std::vector<std::vector<int32_t>> rows(1);
     if (last) rows[0].push_back((int32_t)tokens.size() - 1);
@@ -146,6 +178,32 @@ int32_t prefill(BenchModel& m, const std::vector<int32_t>& toks) {
   return next;
 }
 
+// Prefills toks[b] into slot b for every b, packing the sequences' pieces into steps of at most m.max_step()
+// tokens in all (as the engine batches prompts); next[b]: the greedy token after slot b's last piece.
+void pack_prefill(BenchModel& m, const std::vector<std::vector<int32_t>>& toks, std::vector<int32_t>& next) {
+  std::vector<size_t> done(toks.size(), 0);
+  for (;;) {
+    std::vector<runtime::StepInput> in;
+    std::vector<int> slot_of;
+    int64_t room = m.max_step();
+    for (size_t b = 0; b < toks.size() && room > 0; ++b) {
+      const size_t left = toks[b].size() - done[b];
+      if (left == 0) continue;
+      const size_t n = std::min<size_t>(left, (size_t)room);
+      in.push_back(runtime::StepInput{(int)b, std::vector<int32_t>(toks[b].begin() + (ptrdiff_t)done[b],
+                                                                  toks[b].begin() + (ptrdiff_t)(done[b] + n)),
+                                      done[b] + n == toks[b].size()});
+      slot_of.push_back((int)b);
+      done[b] += n;
+      room -= (int64_t)n;
+    }
+    if (in.empty()) return;
+    const auto out = m.run_many(in);
+    for (size_t k = 0; k < in.size(); ++k)
+      if (in[k].want_logits) next[(size_t)slot_of[k]] = out[k];
+  }
+}
+
 double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -164,21 +222,30 @@ double stddev(const std::vector<double>& v) {
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model", "--gpu-memory-utilization",
-          "--simulate-link-gbps", "--kv", "--draft"},
-         {"--no-cuda-graphs"}, {{"-m", "--model"}});
+          "--simulate-link-gbps", "--kv", "--draft", "--sequences"},
+         {"--no-cuda-graphs"}, {{"-m", "--model"}, {"-npl", "--sequences"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
-                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--kv k8v3] [--draft N] [--no-cuda-graphs] "
+                     "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--kv k8v3] [--draft N] [--sequences 1,16,32] [--no-cuda-graphs] "
                      "[--simulate-link-gbps F]");
   const auto pps = a.get_int_list("-p", {512});
   const auto tgs = a.get_int_list("-n", {128});
   const auto depths = a.get_int_list("-d", {0});
   const int reps = (int)a.get_int("-r", 3);
   if (reps < 1) throw UsageError("-r must be at least 1");
+  // --sequences B: the tests run for B sequences at once as well (llama-batched-bench's -npl): ppN xB prefills N
+  // tokens into each of B sequences, packed into steps of the plan's max_batch_tokens; tgN xB decodes N tokens
+  // in each of B sequences, one step carrying one token of each; t/s counts the tokens of all B.
+  const auto seqs = a.get_int_list("--sequences", {1});
+  long long max_seqs = 1;
+  for (long long b : seqs) {
+    if (b < 1 || b > 4096) throw UsageError("--sequences takes counts from 1 to 4096");
+    max_seqs = std::max(max_seqs, b);
+  }
   LoadOptions lo;
   lo.rig_path = a.get("--rig");
   lo.backend = a.get("--backend");
-  lo.max_sequences = 1;
+  lo.max_sequences = max_seqs;
   int64_t need = 0;
   for (long long d : depths)
     for (long long p : pps) need = std::max<int64_t>(need, d + p + 1);
@@ -195,6 +262,11 @@ int cmd_bench(int argc, char** argv) {
   if (plan.context_length < need)
     throw runtime::RuntimeError(fmt::format("the plan allows {} tokens per sequence; these tests need {} (compile it "
                                             "with --ctx {})", plan.context_length, need, need));
+  if (plan.max_sequences < max_seqs)
+    throw runtime::RuntimeError(fmt::format("the plan has {} sequence slot(s); --sequences {} needs that many (compile "
+                                            "it with --parallel {})", plan.max_sequences, max_seqs, max_seqs));
+  if (max_seqs > 1 && plan.draft_tokens > 0)
+    throw UsageError("--sequences: a plan that drafts is benchmarked one sequence at a time (its tg test)");
   std::unique_ptr<BenchModel> model;
   const bool pipeline = plan.placement.size() > 1;
   runtime::BackendOptions bo;
@@ -238,14 +310,29 @@ int cmd_bench(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   std::vector<Test> tests;
   for (long long d : depths) {
+    // The depth is filled once (untimed) and restored before each repetition. A drafting plan fills again each
+    // time: its next step also needs the last position's hidden row, which a snapshot does not hold.
+    std::shared_ptr<runtime::Snapshot> filled;
+    int32_t filled_next = -1;
+    const bool reuse_fill = d > 0 && model->draft_tokens() == 0;
+    auto at_depth = [&](int64_t fill_min) {
+      if (reuse_fill && filled) {
+        model->restore(*filled);
+        return filled_next;
+      }
+      model->reset();
+      const int64_t n = std::max<int64_t>(d, fill_min);
+      const int32_t next = n > 0 ? prefill(*model, random_tokens(n)) : -1;
+      if (reuse_fill) filled = model->save(), filled_next = next;
+      return next;
+    };
     for (long long p : pps) {
       if (p <= 0) continue;
       Test t{fmt::format("pp{}{}", p, d ? fmt::format(" @ d{}", d) : ""), p, 0, d, {}};
       double wall = 0;
       std::vector<runtime::StageStats> acc;
       for (int r = 0; r <= reps; ++r) {
-        model->reset();
-        if (d > 0) prefill(*model, random_tokens(d));
+        at_depth(0);
         const auto toks = random_tokens(p);
         const auto b0 = model->stage_stats();
         const auto t0 = clock::now();
@@ -265,8 +352,7 @@ int cmd_bench(int argc, char** argv) {
       double wall = 0;
       std::vector<runtime::StageStats> acc;
       for (int r = 0; r <= reps; ++r) {
-        model->reset();
-        int32_t next = prefill(*model, random_tokens(std::max<long long>(d, 1)));
+        int32_t next = at_depth(1);
         const auto b0 = model->stage_stats();
         const auto t0 = clock::now();
         if (model->draft_tokens() > 0) {  // speculative: each step verifies the MTP head's drafts
@@ -286,6 +372,54 @@ int cmd_bench(int argc, char** argv) {
       }
       add_stage_rows(t.name, acc, wall, n * reps);
       tests.push_back(t);
+    }
+  }
+
+  // Several sequences at once.
+  for (long long B : seqs) {
+    if (B <= 1) continue;
+    for (long long d : depths) {
+      const std::string at = d ? fmt::format(" @ d{}", d) : "";
+      // Every slot filled to depth d (d >= 1 for a tg test: its first token); the greedy next token of each.
+      auto fill = [&](int64_t fill_min) {
+        std::vector<int32_t> next((size_t)B, -1);
+        for (int b = 0; b < (int)B; ++b) model->reset_slot(b);
+        std::vector<std::vector<int32_t>> toks((size_t)B);
+        for (auto& t : toks) t = random_tokens(std::max<int64_t>(d, fill_min));
+        pack_prefill(*model, toks, next);
+        return next;
+      };
+      for (long long p : pps) {
+        if (p <= 0) continue;
+        Test t{fmt::format("pp{} x{}{}", p, B, at), p, 0, d, {}};
+        for (int r = 0; r <= reps; ++r) {
+          fill(0);
+          std::vector<std::vector<int32_t>> toks((size_t)B);
+          for (auto& x : toks) x = random_tokens(p);
+          std::vector<int32_t> next((size_t)B, -1);
+          const auto t0 = clock::now();
+          pack_prefill(*model, toks, next);
+          const double sec = std::chrono::duration<double>(clock::now() - t0).count();
+          if (r > 0) t.tps.push_back((double)(p * B) / sec);
+        }
+        tests.push_back(t);
+      }
+      for (long long n : tgs) {
+        if (n <= 0) continue;
+        Test t{fmt::format("tg{} x{}{}", n, B, at), 0, n, d, {}};
+        for (int r = 0; r <= reps; ++r) {
+          std::vector<int32_t> next = fill(1);
+          const auto t0 = clock::now();
+          for (long long i = 0; i < n; ++i) {
+            std::vector<runtime::StepInput> in;
+            for (int b = 0; b < (int)B; ++b) in.push_back(runtime::StepInput{b, {next[(size_t)b]}, true});
+            next = model->run_many(in);
+          }
+          const double sec = std::chrono::duration<double>(clock::now() - t0).count();
+          if (r > 0) t.tps.push_back((double)(n * B) / sec);
+        }
+        tests.push_back(t);
+      }
     }
   }
 

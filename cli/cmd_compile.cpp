@@ -66,6 +66,7 @@ ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt) {
   co.ptx_jit = opt.ptx_jit;
   co.kv = opt.kv;
   co.draft_tokens = opt.draft_tokens;
+  co.prefix_cache_mib = opt.prefix_cache_mib;
   if (opt.gpu_memory_utilization > 0) co.gpu_memory_utilization = opt.gpu_memory_utilization;
   ir::Plan p = compiler::compile(f, rig, co);
   print_warnings(p);
@@ -85,14 +86,14 @@ std::string backend_for_ngl(const Args& a, const std::string& backend) {
 int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows",
-          "--gpu-memory-utilization", "--micro-batch", "--kv", "--draft"},
+          "--gpu-memory-utilization", "--micro-batch", "--kv", "--draft", "--prefix-cache-mib"},
          {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--ptx"},
          {{"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-b", "--batch"}, {"--batch-size", "--batch"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
                      "[--backend cpu|cuda] [--gpus N] [--micro-batch N] [--gpu-memory-utilization F] "
-                     "[--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--draft N] [--precise | --precise-rows N] "
-                     "[--emulate-dp4a] [--no-cuda-graphs] [--ptx] [--no-precompile]");
+                     "[--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--draft N] [--prefix-cache-mib N] "
+                     "[--precise | --precise-rows N] [--emulate-dp4a] [--no-cuda-graphs] [--ptx] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   const ModelSource src = resolve_model(a.positional()[0]);
@@ -119,6 +120,8 @@ int cmd_compile(int argc, char** argv) {
   co.kv = a.get("--kv");
   co.draft_tokens = a.has("--draft") ? a.get_int("--draft", -1) : -1;
   if (a.has("--draft") && co.draft_tokens < 0) throw UsageError("--draft must be 0 (off) .. 4");
+  co.prefix_cache_mib = a.get_int("--prefix-cache-mib", -1);
+  if (a.has("--prefix-cache-mib") && co.prefix_cache_mib < 0) throw UsageError("--prefix-cache-mib must be >= 0");
   ir::Plan plan = compiler::compile(f, rig, co);
 #ifdef QRIG_HAVE_CUDA
   if (plan.backend == "cuda") {
@@ -220,6 +223,19 @@ int cmd_inspect(int argc, char** argv) {
              mib(p.memory.weight_bytes), (double)p.memory.kv_bytes_per_token / 1024.0,
              mib(p.memory.state_bytes_per_sequence), mib(p.memory.activation_bytes), p.memory.snapshots_per_slot,
              mib(p.memory.snapshot_bytes), mib(p.memory.budget_bytes));
+  {
+    const ir::PrefixCachePolicy& pc = p.prefix_cache;
+    if (pc.mode == "shared")
+      fmt::print("prefix    shared by all slots, {:.1f} MiB (KV spans + snapshots, LRU); ", mib(pc.budget_bytes));
+    else if (pc.mode == "off")
+      fmt::print("prefix    off: no reuse (--prefix-cache-mib 0); ");
+    else
+      fmt::print("prefix    per slot (its own prompt-end snapshots and last output; no shared index here); ");
+    fmt::print("cut every {} tokens, at message markers: {}\n", pc.chunk, pc.markers.empty() ? "none" : pc.markers);
+    fmt::print("          snapshots at: the first message's end and next header (system prompt, tools), the last\n"
+               "          header (start of the assistant turn), every {} tokens, and one token before the prompt's end\n",
+               pc.chunk);
+  }
   if (!p.memory.devices.empty()) {
     fmt::print("\n{:<8} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "device", "weights", "arena", "io",
                "sampling", "states", "snapshots", "total", "budget", "headroom");

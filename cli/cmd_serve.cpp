@@ -63,6 +63,8 @@ const Option kOptions[] = {
     {"--draft", "QRIG_DRAFT", "-1",
      "draft tokens per step of speculative decoding with the model's MTP head, 0 off (-1: the compiler's cost model; "
      ".gguf only; a request sets \"draft\": false to decode without)"},
+    {"--prefix-cache-mib", "QRIG_PREFIX_CACHE_MIB", "-1",
+     "MiB for the prefix cache shared by all slots (cached KV + snapshots; 0: none; -1: 16 snapshots per slot; .gguf on the CPU only)"},
     {"--model", "(flag only)", "", "the model; with a plan directory: its model file at a new place"},
     {"--metrics-compat", "QRIG_METRICS_COMPAT", "", "also name metrics as llama-server and/or vLLM do: llamacpp,vllm"},
 };
@@ -185,6 +187,7 @@ int cmd_serve(int argc, char** argv) {
   const long long ctx_tokens = set.integer("--ctx", 0, 1ll << 40);
   const double gpu_fraction = set.number("--gpu-memory-utilization", 0.01, 1.0);
   const long long draft_tokens = set.integer("--draft", -1, 4);
+  const long long prefix_mib = set.integer("--prefix-cache-mib", -1, 1ll << 30);
 
   // The model: the positional (or QRIG_MODEL), or --model; with a plan directory --model is its model file.
   std::string model_path = !a.positional().empty() ? a.positional()[0] : std::getenv("QRIG_MODEL") ? std::getenv("QRIG_MODEL") : "";
@@ -197,7 +200,8 @@ int cmd_serve(int argc, char** argv) {
   if (!model_override.empty() && !plan_dir)
     throw UsageError(fmt::format("give the model once: {} and --model {}", model_path, model_override));
   if (plan_dir)
-    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization", "--kv", "--draft"})
+    for (const char* f : {"--parallel", "--ctx", "--rig", "--backend", "--gpu-memory-utilization", "--kv", "--draft",
+                          "--prefix-cache-mib"})
       if (set.given(set.find(f)) || (std::string(f) == "--backend" && !backend.empty()))
         throw UsageError(fmt::format("{} applies when compiling a .gguf; the plan {} fixes it (recompile with qrig compile)",
                                      f, model_path));
@@ -262,6 +266,7 @@ int cmd_serve(int argc, char** argv) {
     lo.ptx_jit = a.has("--ptx");
     lo.context_length = ctx_tokens;
     lo.gpu_memory_utilization = gpu_fraction;
+    lo.prefix_cache_mib = prefix_mib;
     lo.model_override = model_override;
     lo.kv = set.str("--kv");
     lo.draft_tokens = draft_tokens;

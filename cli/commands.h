@@ -43,6 +43,7 @@ struct LoadOptions {
   std::string model_override;  // --model: a plan directory's model file at a new place
   std::string kv;              // CompileOptions::kv (--kv k8v3); "" lets the compiler choose
   int64_t draft_tokens = -1;   // CompileOptions::draft_tokens (--draft N); -1 lets the draft pass choose
+  int64_t prefix_cache_mib = -1;  // CompileOptions::prefix_cache_mib (--prefix-cache-mib); -1: the default
 };
 ir::Plan load_or_compile_plan(const std::string& path, const LoadOptions& opt);
 

@@ -42,6 +42,7 @@ const Usage kUsages[] = {
      "                                3 (t3), 32 (f32) [the most precise pair that fits; CUDA: f16, q8, t4, t3 alike]\n"
      "  --draft N                     draft tokens per step of speculative decoding with the model's MTP head, 0 off\n"
      "                                [the draft pass's cost model; CPU plans of one stage only so far]\n"
+     "  --prefix-cache-mib N          the shared prefix cache's budget (0: none) [16 snapshots per slot; CPU only]\n"
      "  --precise | --precise-rows N  two-plane int8 activations in every GPU matmul / in matmuls of at most N rows [4]\n"
      "  --emulate-dp4a                a CPU plan computing the GPU family's numerics\n"
      "  --no-cuda-graphs              decode kernel by kernel\n"

@@ -69,6 +69,7 @@ ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& o
   passes::stack_matmuls(cx);
   passes::choose_kernels(cx);
   passes::plan_draft(cx);
+  passes::plan_prefix_cache(cx);
   passes::plan_memory(cx);
   ir::verify(p.graph);
   if (p.draft_tokens > 0) ir::verify(p.draft);

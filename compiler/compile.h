@@ -49,6 +49,8 @@ struct CompileOptions {
   // Draft tokens per step of speculative decoding with the model's MTP head (0: off, 1..4); -1: the draft pass's
   // cost model decides (off where drafting is not implemented: CUDA, pipelines).
   int64_t draft_tokens = -1;
+  // The shared prefix cache's budget in MiB (cached KV spans + snapshots); -1: the pass's default, 0: none.
+  int64_t prefix_cache_mib = -1;
 };
 
 // What every pass sees. Passes run in a fixed order, each in its own file under compiler/passes/.

@@ -163,8 +163,11 @@ std::string Plan::to_toml() const {
                                {"last_rows", k.last_rows}, {"variants", k.variants}, {"reason", k.reason}});
   toml::array note_arr;
   for (const auto& n : notes) note_arr.push_back(n);
+  toml::table pc{{"mode", prefix_cache.mode}, {"budget_bytes", prefix_cache.budget_bytes}, {"chunk", prefix_cache.chunk},
+                 {"turn_start", prefix_cache.turn_start}, {"header_end", prefix_cache.header_end},
+                 {"header_max", prefix_cache.header_max}, {"markers", prefix_cache.markers}};
   toml::table root{{"plan", plan}, {"model", model}, {"decisions", decisions}, {"memory", mem},
-                   {"placement", places}, {"kernel", kern}, {"notes", note_arr}};
+                   {"prefix_cache", pc}, {"placement", places}, {"kernel", kern}, {"notes", note_arr}};
   std::ostringstream ss;
   ss << "# qrig plan: every decision for this model on this rig. Graph in graph.ir.\n" << root << "\n";
   return ss.str();
@@ -242,6 +245,30 @@ Plan Plan::read(const std::string& dir) {
   p.decode_graphs = dec.boolean("decode_graphs");
   p.threads = dec.integer("threads", 0, 4096);
   p.draft_tokens = dec.integer("draft_tokens", 0, 4, false, 0);
+
+  // [prefix_cache]: absent in plans written before it (no shared cache, no markers).
+  if (const toml::table* pct = t["prefix_cache"].as_table()) {
+    const Fields pc{*pct, file + " [prefix_cache]"};
+    p.prefix_cache.mode = pc.one_of("mode", {"shared", "per-slot", "off"});
+    p.prefix_cache.budget_bytes = pc.integer("budget_bytes", 0, kMaxBytes);
+    if ((p.prefix_cache.mode == "shared") != (p.prefix_cache.budget_bytes > 0))
+      throw Error(fmt::format("{}: prefix_cache mode '{}' with a budget of {} bytes (only 'shared' has one)", file,
+                              p.prefix_cache.mode, p.prefix_cache.budget_bytes));
+    p.prefix_cache.chunk = pc.integer("chunk", 0, int64_t{1} << 24);
+    if (p.prefix_cache.chunk % p.gdn_chunk != 0)
+      throw Error(fmt::format("{}: prefix_cache chunk {} is not a multiple of gdn_chunk {}", file, p.prefix_cache.chunk,
+                              p.gdn_chunk));
+    p.prefix_cache.turn_start = pc.integer("turn_start", -1, INT32_MAX);
+    p.prefix_cache.header_end = pc.integer("header_end", -1, INT32_MAX);
+    p.prefix_cache.header_max = pc.integer("header_max", 0, 64);
+    if (p.prefix_cache.turn_start >= p.vocab_real || p.prefix_cache.header_end >= p.vocab_real)
+      throw Error(fmt::format("{}: prefix_cache marker tokens must be below vocab_real {}", file, p.vocab_real));
+    if ((p.prefix_cache.turn_start < 0) != (p.prefix_cache.header_end < 0))
+      throw Error(fmt::format("{}: prefix_cache turn_start and header_end must both be set or both be -1", file));
+    p.prefix_cache.markers = pc.str("markers", false);
+  } else if (t.get("prefix_cache")) {
+    throw Error(fmt::format("{}: [prefix_cache] must be a table", file));
+  }
 
   const Fields mem{table(t, "memory", file), file + " [memory]"};
   p.memory.weight_bytes = mem.integer("weight_bytes", 0, kMaxBytes);

@@ -76,6 +76,26 @@ struct KernelChoice {
   std::string reason;
 };
 
+// The shared prefix cache (runtime/prefix_cache.h, docs/prefix-cache.md): its byte budget and where prompts are cut
+// and snapshotted. Prefill pieces end at every cut point of a prompt whether or not anything is cached, so a state
+// restored at a cut point equals, bit for bit on the CPU, what prefilling the prompt from scratch computes there.
+// Cut points: each message start (the position of a turn_start token), each header end (after the first
+// header_end token within header_max tokens of a turn_start), each multiple of `chunk`, and the prompt's last
+// token. Snapshots (GDN states, with the KV entries up to them) are kept at: the end of the first message (the
+// system prompt or tool definitions) and its next header, the start of the last turn (the generation prompt's
+// header: "<|im_start|>assistant\n"), each multiple of `chunk`, and the position before the last token.
+struct PrefixCachePolicy {
+  // "shared": the index shared by all slots (CPU, one stage), a slot's own state where the index has nothing;
+  // "per-slot": only a slot's own state (its prompt-end snapshots, its last output); "off": no reuse at all.
+  std::string mode = "per-slot";
+  int64_t budget_bytes = 0;   // cached KV spans + snapshots the engine may hold (all devices); 0: no shared cache
+  int64_t chunk = 0;          // regular cut and snapshot interval (a multiple of gdn_chunk); 0: none
+  int64_t turn_start = -1;    // token id opening a message ("<|im_start|>"); -1: no message markers
+  int64_t header_end = -1;    // token id ending a message header (the newline after the role)
+  int64_t header_max = 0;     // tokens after turn_start within which header_end must come
+  std::string markers;        // where the markers come from, for people ("chat template: <|im_start|>ROLE\n")
+};
+
 struct Plan {
   static constexpr int64_t kFormat = 2;
   int64_t format = kFormat;
@@ -129,6 +149,7 @@ struct Plan {
   Graph draft;
   std::vector<Placement> placement;
   MemoryPlan memory;
+  PrefixCachePolicy prefix_cache;
   std::vector<KernelChoice> kernels;
   std::vector<std::string> notes;  // what the passes decided and why, in order
   Graph graph;

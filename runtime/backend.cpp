@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "runtime/errors.h"
+#include "runtime/pipeline.h"
 
 namespace qrig::runtime {
 
@@ -11,6 +12,26 @@ std::unique_ptr<Backend> make_cpu_backend(const ir::Plan& plan, const BackendOpt
 #ifdef QRIG_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(const ir::Plan& plan, const BackendOptions& opt);  // runtime/cuda
 #endif
+
+std::shared_ptr<KvSpan> Backend::save_kv(int, int64_t, int64_t) const {
+  throw RuntimeError("this backend cannot copy KV cache entries (no shared prefix cache)");
+}
+void Backend::restore_kv(int, const KvSpan&, int64_t, int64_t) {
+  throw RuntimeError("this backend cannot copy KV cache entries (no shared prefix cache)");
+}
+std::shared_ptr<KvSpan> Backend::slice_kv(const KvSpan&, int64_t, int64_t) const {
+  throw RuntimeError("this backend cannot copy KV cache entries (no shared prefix cache)");
+}
+
+std::shared_ptr<KvSpan> PipelineStage::save_kv(int, int64_t, int64_t) const {
+  throw RuntimeError("this pipeline stage cannot copy KV cache entries (no shared prefix cache)");
+}
+void PipelineStage::restore_kv(int, const KvSpan&, int64_t, int64_t) {
+  throw RuntimeError("this pipeline stage cannot copy KV cache entries (no shared prefix cache)");
+}
+std::shared_ptr<KvSpan> PipelineStage::slice_kv(const KvSpan&, int64_t, int64_t) const {
+  throw RuntimeError("this pipeline stage cannot copy KV cache entries (no shared prefix cache)");
+}
 
 std::unique_ptr<Backend> make_backend(const ir::Plan& plan, const BackendOptions& opt) {
   if (plan.backend == "cpu") return make_cpu_backend(plan, opt);

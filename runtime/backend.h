@@ -33,6 +33,15 @@ struct Snapshot {
   int64_t position = 0;
 };
 
+// A copy of a slot's attention KV entries for positions [begin, end) (every key and value cache of the plan), as
+// the prefix cache (runtime/prefix_cache.h) holds them: restoring it into any slot at the same positions makes
+// that slot's entries there the copied ones, bit for bit.
+struct KvSpan {
+  virtual ~KvSpan() = default;
+  int64_t begin = 0, end = 0;
+  virtual int64_t bytes() const = 0;
+};
+
 // Pipelines (runtime/pipeline.h): where one stage's time went since the last reset_stage_stats().
 struct StageStats {
   std::string device;
@@ -97,6 +106,16 @@ class Backend {
   virtual std::shared_ptr<Snapshot> save(int slot) const = 0;
   virtual void restore(int slot, const Snapshot& snap) = 0;
   virtual int64_t snapshot_bytes() const = 0;
+  // KV spans for the prefix cache shared by all slots. A backend that cannot copy its caches' entries answers
+  // false (the default), and its plans give the shared prefix cache no budget (compiler/passes/plan_memory.cpp).
+  virtual bool kv_spans() const { return false; }
+  // Copies positions [begin, end) of the slot's caches (end <= position(slot)).
+  virtual std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const;
+  // Copies positions [begin, end) of `span` (within its range) into the slot's caches at the same positions;
+  // the slot's position and recurrent state are left as they are (restore() sets them).
+  virtual void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end);
+  // A new span holding positions [begin, end) of `span` (the prefix index splits a node).
+  virtual std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const;
   // Pipelines: per stage, in placement order; empty for one-device backends.
   virtual std::vector<StageStats> stage_stats() const { return {}; }
   virtual void reset_stage_stats() {}

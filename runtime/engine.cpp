@@ -57,6 +57,12 @@ struct Engine::Active {
   std::vector<int32_t> history;  // tokens in the slot's state, for prefix reuse after the request
   SpecState spec;                // speculative decoding (speculative.h)
   int64_t decode_steps = 0;      // steps that produced generated tokens
+  // Prefix cache (runtime/prefix_cache.h): where the prompt's prefill is cut, whether every piece so far ended at
+  // the plan's cut points from a state that did too (then the slot's state equals a prefill from scratch there and
+  // may go into the shared index), and the position up to which the slot's KV entries are such.
+  std::vector<PrefixCut> cuts;
+  bool canonical = true;
+  int64_t canon_pos = 0;
 };
 
 // What a free slot still holds: the tokens its state has seen, and snapshots of the recurrent state at the
@@ -70,6 +76,7 @@ struct Engine::SlotCache {
   std::vector<int32_t> tokens;  // == state position
   std::vector<Snap> snaps;      // oldest first
   uint64_t last_use = 0;
+  int64_t canon = 0;            // KV entries below this position are a prefill from scratch's (prefix cache)
   void prune() {
     std::erase_if(snaps, [&](const Snap& s) {
       return s.tokens.size() > tokens.size() || !std::equal(s.tokens.begin(), s.tokens.end(), tokens.begin());
@@ -83,6 +90,8 @@ Engine::Engine(std::unique_ptr<Backend> backend, int64_t max_queue)
   free_slots_ = backend_->slots();
   for (int s = 0; s < backend_->slots(); ++s) cache_.push_back(std::make_unique<SlotCache>());
   stats_.kv_tokens_capacity = backend_->context_length() * backend_->slots();
+  prefix_ = std::make_unique<PrefixCache>(*backend_, backend_->plan().prefix_cache.budget_bytes);
+  stats_.prefix = prefix_->stats();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -102,6 +111,7 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request req, Callbacks cb) c
   const int64_t room = ctx - (int64_t)req.prompt.size();
   if (req.max_tokens < 0 || req.max_tokens > room) req.max_tokens = room;
   auto a = std::make_unique<Active>();
+  a->cuts = prefix_cuts(backend_->plan().prefix_cache, req.prompt);
   a->sampler = std::make_unique<Sampler>(req.sampling, (int32_t)backend_->plan().vocab_real);
   if (req.min_tokens > 0) a->sampler->set_suppressed(req.stop_tokens);  // throws for ids outside the vocabulary
   spec_begin(a->spec, *backend_, req.draft, req.sampling);
@@ -209,6 +219,7 @@ void Engine::finish(Active& a, Finish reason, const std::string& error) {
   if (a.slot >= 0) {
     SlotCache& c = *cache_[(size_t)a.slot];
     c.tokens = std::move(a.history);
+    c.canon = std::min<int64_t>(a.canon_pos, (int64_t)c.tokens.size());
     if (reason == Finish::error || (int64_t)c.tokens.size() != backend_->position(a.slot)) {
       if (a.group) a.group->broken = true;  // the slot no longer holds the prompt's KV entries
       c = SlotCache();
@@ -253,6 +264,8 @@ void Engine::start_waiting_samples_locked() {
     a->cached = (int64_t)a->req.prompt.size();
     a->history = a->req.prompt;
     a->in_generation = true;
+    a->canonical = false;
+    a->canon_pos = std::min<int64_t>(cache_[(size_t)g->slot]->canon, (int64_t)a->req.prompt.size() - 1);
     a->first_from_group = true;
     a->first_token = Clock::now();
     active_[(size_t)a->slot] = std::move(a);
@@ -266,6 +279,7 @@ std::vector<Engine::Failed> Engine::admit_locked() {
   std::vector<Failed> failed;
   start_waiting_samples_locked();
   auto may_start = [](const std::unique_ptr<Active>& q) { return !q->group || q->leads_group || q->group->broken; };
+  const bool reuse_off = backend_->plan().prefix_cache.mode == "off";
   while (true) {
     auto next = std::find_if(queue_.begin(), queue_.end(), may_start);
     if (next == queue_.end()) break;
@@ -282,8 +296,9 @@ std::vector<Engine::Failed> Engine::admit_locked() {
       };
       int64_t reuse = 0;
       int snap = -1;
-      if (!c.tokens.empty() && is_prefix(c.tokens)) reuse = (int64_t)c.tokens.size();
-      for (size_t k = 0; k < c.snaps.size(); ++k)
+      // plan.prefix_cache.mode "off": every prompt from scratch.
+      if (!reuse_off && !c.tokens.empty() && is_prefix(c.tokens)) reuse = (int64_t)c.tokens.size();
+      for (size_t k = 0; k < c.snaps.size() && !reuse_off; ++k)
         if ((int64_t)c.snaps[k].tokens.size() > reuse && is_prefix(c.snaps[k].tokens)) {
           reuse = (int64_t)c.snaps[k].tokens.size();
           snap = (int)k;
@@ -303,8 +318,22 @@ std::vector<Engine::Failed> Engine::admit_locked() {
       a->group.reset();
       a->leads_group = false;
     }
+    try {
+      if (admit_from_prefix_cache(*a, best_reuse)) {
+        active_[(size_t)a->slot] = std::move(a);
+        --free_slots_;
+        continue;
+      }
+    } catch (const std::exception& e) {  // the slot's state is unknown: forget it, fail this request
+      *cache_[(size_t)a->slot] = SlotCache();
+      a->slot = -1;
+      failed.push_back({std::move(a), std::string("could not restore the cached prefix: ") + e.what()});
+      continue;
+    }
     SlotCache& c = *cache_[(size_t)best];
     a->slot = best;
+    a->canonical = best_reuse == 0;  // a slot's own state at a prompt's or an output's end: not at a cut point
+    a->canon_pos = best_reuse == 0 ? 0 : std::min<int64_t>(c.canon, best_reuse);
     try {
       if (best_reuse > 0 && best_snap >= 0) {
         backend_->restore(best, *c.snaps[(size_t)best_snap].state);
@@ -323,6 +352,7 @@ std::vector<Engine::Failed> Engine::admit_locked() {
     active_[(size_t)best] = std::move(a);
     --free_slots_;
   }
+  stats_.prefix = prefix_->stats();
   return failed;
 }
 
@@ -489,14 +519,25 @@ void Engine::run_step() {
   for (auto& a : active_)
     if (a && !a->in_generation && budget > 0) {
       const int64_t pos = (int64_t)a->prefilled, end = (int64_t)a->req.prompt.size();
+      // A step's piece also ends at the prompt's next cut point (runtime/prefix_cache.h), and a piece starting
+      // off the chunk grid (at a cut) ends on it, so the GDN chunks of every later piece lie where a prefill from
+      // scratch puts them.
+      int64_t stop = end;
+      for (const PrefixCut& c : a->cuts)
+        if (c.pos > pos) {
+          stop = c.pos;
+          break;
+        }
       int64_t take_end = pos;
-      while (take_end < end) {
-        int64_t piece_end = std::min(end, (take_end / align + 1) * align);
+      while (take_end < stop) {
+        int64_t piece_end = std::min(stop, (take_end / align + 1) * align);
         if (piece_end - pos > budget) {
           if (any_prefill || take_end > pos) break;
           piece_end = pos + budget;  // the first piece, larger than the whole budget
+          a->canonical = false;      // cut where a prefill from scratch is not
         }
         take_end = piece_end;
+        if (pos % align != 0) break;
       }
       if (take_end == pos) continue;
       StepInput in{a->slot, {}, take_end == end};
@@ -574,6 +615,7 @@ void Engine::run_step() {
     a.history.insert(a.history.end(), batch[k].tokens.begin(), batch[k].tokens.end());
     if (!a.in_generation) {
       a.prefilled += batch[k].tokens.size();
+      after_prefill_piece(a);
       if (!batch[k].want_logits) continue;
       // Prompt complete: snapshot the recurrent state here for later requests sharing this prompt, within the
       // plan's budget of snapshots per slot (the oldest goes first, before the new one is taken). A snapshot is
@@ -605,6 +647,66 @@ void Engine::run_step() {
   int64_t used = 0;
   for (int s = 0; s < backend_->slots(); ++s) used += backend_->position(s);
   stats_.kv_tokens_used = used;
+  stats_.prefix = prefix_->stats();
+}
+
+// --- The shared prefix cache's hooks (runtime/prefix_cache.h, docs/prefix-cache.md) ---
+
+bool Engine::admit_from_prefix_cache(Active& a, int64_t legacy_reuse) {
+  const std::vector<int32_t>& prompt = a.req.prompt;
+  const PrefixCache::Hit hit = prefix_->lookup(prompt, a.cuts);
+  // The index's state is a prefill from scratch's, a slot's own state at an older prompt's or output's end is not
+  // (its GDN chunks were cut there): any hit wins, so that a hit's output is the cache-off run's bit for bit. The
+  // slot's own state serves what the index does not hold (a strict extension of a short prompt or of an output).
+  (void)legacy_reuse;
+  if (!hit.node) return false;
+  // The free slot already holding most of the hit's KV entries (least recently used among equals).
+  int slot = -1;
+  int64_t valid = -1;
+  uint64_t use = UINT64_MAX;
+  for (size_t s = 0; s < active_.size(); ++s) {
+    if (active_[s]) continue;
+    const SlotCache& c = *cache_[s];
+    const int64_t limit = std::min<int64_t>({c.canon, hit.pos, (int64_t)c.tokens.size()});
+    int64_t v = 0;
+    while (v < limit && c.tokens[(size_t)v] == prompt[(size_t)v]) ++v;
+    if (v > valid || (v == valid && c.last_use < use)) {
+      slot = (int)s;
+      valid = v;
+      use = c.last_use;
+    }
+  }
+  if (slot < 0) return false;
+  a.slot = slot;
+  prefix_->restore(hit, slot, valid);
+  // The slot now holds the hit's tokens; its own snapshots beyond `valid` saw KV entries that were replaced.
+  SlotCache& c = *cache_[(size_t)slot];
+  c.tokens.assign(prompt.begin(), prompt.begin() + hit.pos);
+  std::erase_if(c.snaps, [&](const SlotCache::Snap& sn) { return (int64_t)sn.tokens.size() > valid; });
+  c.prune();
+  c.canon = hit.pos;
+  a.prefilled = (size_t)hit.pos;
+  a.cached = hit.pos;
+  a.history = c.tokens;
+  a.canonical = true;
+  a.canon_pos = hit.pos;
+  return true;
+}
+
+void Engine::after_prefill_piece(Active& a) {
+  if (!a.canonical) return;
+  const int64_t pos = (int64_t)a.prefilled;
+  for (const PrefixCut& c : a.cuts) {
+    if (c.pos != pos) continue;
+    a.canon_pos = pos;
+    if (!c.snapshot) return;
+    try {
+      prefix_->insert(a.slot, std::vector<int32_t>(a.req.prompt.begin(), a.req.prompt.begin() + pos));
+    } catch (const std::exception&) {
+      // A snapshot is an optimisation: without memory for it the request goes on (the index is unchanged).
+    }
+    return;
+  }
 }
 
 // Speculative decoding: the rows of one verify step, walked in order (speculative.h walk_verify). Row i is sampled

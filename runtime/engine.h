@@ -1,7 +1,9 @@
 // The engine: the narrow interface the server and `qrig run` use (submit a request, receive tokens, cancel).
 // One scheduler thread owns the backend and runs continuous batching over its slots: requests join running
-// decode batches, long prompts are prefilled in chunks so they do not stall others, finished slots keep their
-// state for prefix reuse (recurrent state snapshots at prompt ends, since GDN state cannot be rolled back).
+// decode batches, long prompts are prefilled in chunks so they do not stall others (and cut at the plan's cut
+// points), prompts restore the longest prefix the shared prefix cache holds into any slot (runtime/prefix_cache.h,
+// docs/prefix-cache.md), and finished slots keep their own state for what the index does not hold (recurrent
+// state snapshots at prompt ends, since GDN state cannot be rolled back).
 // Several samples of one prompt (OpenAI `n`) share one prefill: submit_group() prefills the prompt once, keeps
 // the state snapshot and the logits at its end, and runs the samples one after another in that slot, each
 // restored from the snapshot (KV entries below the prompt's end are still the prompt's: append-only).
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 
 namespace qrig::runtime {
@@ -94,6 +97,7 @@ struct EngineStats {
   double prompt_seconds_total = 0, generation_seconds_total = 0;
   int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
   int64_t decode_steps_total = 0, drafted_total = 0, accepted_total = 0;  // DoneEvent's, summed
+  PrefixCacheStats prefix;  // the shared prefix cache (runtime/prefix_cache.h)
 };
 
 class Engine {
@@ -162,6 +166,12 @@ class Engine {
   // is not waiting, so it does not count against max_queue.
   std::atomic<int64_t> free_slots_{0};
   std::vector<std::unique_ptr<SlotCache>> cache_;
+  std::unique_ptr<PrefixCache> prefix_;  // shared by all slots (budget 0: holds nothing)
+  // Hooks into the shared prefix cache (the end of engine.cpp). admit_from_prefix_cache: restores the longest
+  // cached prefix of a's prompt into the best free slot and sets a's slot and counts (preferred to legacy_reuse,
+  // what a slot's own state offers); false when there is none (a is untouched then). Throws like the backend.
+  bool admit_from_prefix_cache(Active& a, int64_t legacy_reuse);
+  void after_prefill_piece(Active& a);  // a prefill step of `a` ended: snapshot into the index at its cut points
   std::vector<uint64_t> cancelled_;
   uint64_t next_id_ = 1;
   uint64_t use_clock_ = 0;

@@ -79,6 +79,19 @@ namespace {
 struct PipelineSnapshot : Snapshot {
   std::vector<std::shared_ptr<Snapshot>> stages;
 };
+struct PipelineKvSpan : KvSpan {
+  std::vector<std::shared_ptr<KvSpan>> stages;
+  int64_t bytes() const override {
+    int64_t b = 0;
+    for (const auto& s : stages) b += s->bytes();
+    return b;
+  }
+};
+const PipelineKvSpan& pipeline_span(const KvSpan& span, size_t stages) {
+  const auto* ps = dynamic_cast<const PipelineKvSpan*>(&span);
+  if (!ps || ps->stages.size() != stages) throw RuntimeError("KV span of another backend");
+  return *ps;
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -154,6 +167,30 @@ class PipelineBackend final : public Backend {
     int64_t b = 0;
     for (const auto& s : stages_) b += s->snapshot_bytes();
     return b;
+  }
+  bool kv_spans() const override {
+    for (const auto& s : stages_)
+      if (!s->kv_spans()) return false;
+    return true;
+  }
+  std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const override {
+    auto span = std::make_shared<PipelineKvSpan>();
+    span->begin = begin;
+    span->end = end;
+    for (const auto& s : stages_) span->stages.push_back(s->save_kv(slot, begin, end));
+    return span;
+  }
+  void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end) override {
+    const PipelineKvSpan& ps = pipeline_span(span, stages_.size());
+    for (size_t s = 0; s < stages_.size(); ++s) stages_[s]->restore_kv(slot, *ps.stages[s], begin, end);
+  }
+  std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const override {
+    const PipelineKvSpan& ps = pipeline_span(span, stages_.size());
+    auto out = std::make_shared<PipelineKvSpan>();
+    out->begin = begin;
+    out->end = end;
+    for (size_t s = 0; s < stages_.size(); ++s) out->stages.push_back(stages_[s]->slice_kv(*ps.stages[s], begin, end));
+    return out;
   }
   std::vector<StageStats> stage_stats() const override {
     std::lock_guard<std::mutex> lock(mu_);

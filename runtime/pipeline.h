@@ -52,6 +52,11 @@ class PipelineStage {
   virtual std::shared_ptr<Snapshot> save(int slot) const = 0;
   virtual void restore(int slot, const Snapshot& snap) = 0;
   virtual int64_t snapshot_bytes() const = 0;
+  // KV spans of the stage's own layers (Backend::save_kv and the rest); a stage without them answers false.
+  virtual bool kv_spans() const { return false; }
+  virtual std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const;
+  virtual void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end);
+  virtual std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const;
   virtual int32_t top_k_max() const { return 0; }  // the last stage's device-side candidate selection
   // Runs a unit on the stage's thread: reads its input buffer `buf` (0 or 1; not on the first stage), writes its
   // output buffer `buf` (not on the last) or, on the last stage, the outputs of the pieces that want them. Returns

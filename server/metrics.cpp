@@ -151,6 +151,21 @@ std::string Metrics::render(const runtime::Engine* engine, const std::string& mo
     metric(out, "qrig_kv_cache_tokens_capacity", "gauge", "Tokens the slots' caches can hold",
            (double)s.kv_tokens_capacity);
     metric(out, "qrig_kv_cache_usage_ratio", "gauge", "kv_cache_tokens_used / kv_cache_tokens_capacity", kv_ratio);
+    // The shared prefix cache (runtime/prefix_cache.h): what it holds and what it did.
+    metric(out, "qrig_prefix_cache_bytes", "gauge", "Bytes the shared prefix cache holds (KV spans + snapshots)",
+           (double)s.prefix.bytes);
+    metric(out, "qrig_prefix_cache_budget_bytes", "gauge", "The shared prefix cache's budget (the plan's)",
+           (double)s.prefix.budget);
+    metric(out, "qrig_prefix_cache_nodes", "gauge", "Nodes of the shared prefix index", (double)s.prefix.nodes);
+    metric(out, "qrig_prefix_cache_restores_total", "counter", "Prompts started from the shared prefix index",
+           (double)s.prefix.hits);
+    metric(out, "qrig_prefix_cache_restored_tokens_total", "counter", "Prompt tokens those restores skipped",
+           (double)s.prefix.hit_tokens);
+    metric(out, "qrig_prefix_cache_snapshots_total", "counter", "Snapshots taken into the shared prefix index",
+           (double)s.prefix.inserts);
+    metric(out, "qrig_prefix_cache_evictions_total", "counter",
+           "Entries of the shared prefix index evicted for room (least recently used first)",
+           (double)s.prefix.evictions);
 
     if (compat("llamacpp")) {  // llama-server's /metrics names (no labels, as it has none)
       metric(out, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",

@@ -34,6 +34,16 @@ class ShakyStage final : public runtime::PipelineStage {
   std::shared_ptr<runtime::Snapshot> save(int slot) const override { return s_->save(slot); }
   void restore(int slot, const runtime::Snapshot& snap) override { s_->restore(slot, snap); }
   int64_t snapshot_bytes() const override { return s_->snapshot_bytes(); }
+  bool kv_spans() const override { return s_->kv_spans(); }
+  std::shared_ptr<runtime::KvSpan> save_kv(int slot, int64_t begin, int64_t end) const override {
+    return s_->save_kv(slot, begin, end);
+  }
+  void restore_kv(int slot, const runtime::KvSpan& span, int64_t begin, int64_t end) override {
+    s_->restore_kv(slot, span, begin, end);
+  }
+  std::shared_ptr<runtime::KvSpan> slice_kv(const runtime::KvSpan& span, int64_t begin, int64_t end) const override {
+    return s_->slice_kv(span, begin, end);
+  }
   void compute(const runtime::PipelineUnit& u, const std::vector<runtime::StepInput>& b, int buf,
                const runtime::PipelineResults& r) override {
     nap();

@@ -28,6 +28,7 @@ void fuse_norm_quant(CompileContext& cx);         // rmsnorm + quantize -> rmsno
 void stack_matmuls(CompileContext& cx);           // matmuls on one input -> matmul_stack
 void choose_kernels(CompileContext& cx);          // CUDA: kernel variants per op and range of rows, and why
 void plan_draft(CompileContext& cx);              // speculative decoding: draft tokens, the MTP head's graph
+void plan_prefix_cache(CompileContext& cx);       // cut and snapshot points, shared prefix cache budget
 void plan_memory(CompileContext& cx);             // bytes per device, arena offsets, context length that fits
 
 // The KV-format pass's second half, which needs what the memory pass knows (choose_kv_format.cpp): the format

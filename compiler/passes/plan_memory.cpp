@@ -277,6 +277,7 @@ void plan_memory(CompileContext& cx) {
       d.mem.budget = budget_of.at(dev);
       d.mem.states = slots * (d.state_bytes + d.draft_rollback);
       d.mem.snapshots = slots * m.snapshots_per_slot * d.state_bytes;
+      if (dev == order[0]) d.mem.snapshots += std::max<int64_t>(0, p.prefix_cache.budget_bytes);
       if (cuda) {
         d.mem.arena = layout_arena(p, dev, context);
         // tokens, positions; output rows, argmax; a stage's bridge buffers (two in, two out)
@@ -303,6 +304,23 @@ void plan_memory(CompileContext& cx) {
     }
   };
   fixed_parts(std::max<int64_t>(1, hp.context_length));
+  // The shared prefix cache (plan_prefix_cache): held on the first device (a CPU pipeline's stages share the host),
+  // beside the per-slot snapshots, taken on demand like them. Its default budget is 16 snapshots per slot (sized
+  // here, where a snapshot's bytes are known), at most a quarter of what that device has left for the KV caches,
+  // so that it never decides the context; with less than one snapshot's room there is no shared cache.
+  if (p.prefix_cache.budget_bytes < 0) {
+    const DeviceParts& d = parts.at(order[0]);
+    const int64_t left = d.mem.budget - (d.mem.weights + d.mem.arena + d.mem.io + d.mem.sampling + d.mem.states +
+                                         d.mem.snapshots);
+    p.prefix_cache.budget_bytes = std::min<int64_t>(16 * slots * m.snapshot_bytes, std::max<int64_t>(0, left) / 4);
+    if (p.prefix_cache.budget_bytes < 2 * m.snapshot_bytes) {
+      p.prefix_cache.budget_bytes = 0;
+      p.prefix_cache.mode = "per-slot";
+      p.notes.push_back("prefix cache: no room for a shared cache on this rig's memory (--prefix-cache-mib sets one); "
+                        "each slot reuses its own prompt-end snapshots");
+    }
+    fixed_parts(std::max<int64_t>(1, hp.context_length));
+  }
   // The KV-format pass's trade table (the context each format pair allows on each device), then its choice.
   // The CPU holds f16 caches as fp32 values and quantized ones in the GPU's layout (kernels/kv_format.h).
   auto kv_bytes = [&](const DeviceParts& d, kernels::KvPair pr) {
@@ -389,6 +407,11 @@ void plan_memory(CompileContext& cx) {
                                   "rollback copies of the recurrent states ({:.1f} MiB), counted in the states above",
                                   m.draft_kv_bytes_per_token, p.draft_tokens,
                                   (double)m.draft_rollback_bytes / (1 << 20)));
+  if (p.prefix_cache.budget_bytes > 0)
+    p.notes.push_back(fmt::format("prefix cache: {:.1f} MiB shared by all slots on {} (KV spans + snapshots, LRU; "
+                                  "--prefix-cache-mib), cut every {} tokens and at message markers: {}",
+                                  (double)p.prefix_cache.budget_bytes / (1 << 20), order[0], p.prefix_cache.chunk,
+                                  p.prefix_cache.markers));
 }
 
 }  // namespace qrig::compiler::passes

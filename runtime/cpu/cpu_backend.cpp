@@ -64,6 +64,17 @@ void read_weights_in(const ir::Plan& plan, const gguf::File& f, const LoadProgre
 struct CpuSnapshot : Snapshot {
   std::vector<std::vector<float>> states;  // non-positional states only (empty vector for KV caches)
   std::optional<CpuDraftHead::Saved> head;  // plans that draft: the draft head's rows of the slot
+  int slot = -1;                             // the slot it was taken from (the head's rows stay in that slot)
+};
+// Positions [begin, end) of every key and value cache of one executor's sequence (empty vectors for the other
+// states), rows as the caches hold them (fp32 values or a quantized format's bytes).
+struct CpuKvSpan : KvSpan {
+  std::vector<std::vector<float>> states;
+  int64_t bytes() const override {
+    int64_t b = 0;
+    for (const auto& s : states) b += (int64_t)s.size() * 4;
+    return b;
+  }
 };
 // Every slot's sequence of one executor (the whole plan, or one stage's part), and its snapshots: the
 // non-positional states (conv, GDN) copied, the key and value caches left in place (append-only by position).
@@ -71,7 +82,7 @@ struct CpuSlots {
   std::vector<CpuSequence> seqs;
   std::vector<bool> positional;  // per graph state: a key or value cache
 
-  CpuSlots(const CpuExecutor& ex, const ir::Plan& plan) {
+  CpuSlots(const CpuExecutor& ex, const ir::Plan& plan) : ctx(plan.context_length) {
     for (int64_t s = 0; s < plan.max_sequences; ++s) seqs.push_back(ex.new_sequence());
     for (const auto& st : plan.graph.states) {
       bool pos = false;
@@ -111,6 +122,53 @@ struct CpuSlots {
       if (!positional[i]) b += (int64_t)seqs[0].buffers[i].size() * 4;
     return b;
   }
+  // KV spans: a cache buffer holds context_length rows of equal size, position-major (executor.cpp).
+  int64_t ctx = 0;
+  int64_t row_floats(size_t i) const { return positional[i] ? (int64_t)seqs[0].buffers[i].size() / ctx : 0; }
+  std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const {
+    const CpuSequence& s = seq(slot);
+    if (begin < 0 || begin > end || end > s.n_past)
+      throw RuntimeError(fmt::format("KV span [{}, {}) beyond slot {}'s {} positions", begin, end, slot, s.n_past));
+    auto span = std::make_shared<CpuKvSpan>();
+    span->begin = begin;
+    span->end = end;
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+      const int64_t r = row_floats(i);
+      span->states.emplace_back(s.buffers[i].begin() + begin * r, s.buffers[i].begin() + end * r);
+    }
+    return span;
+  }
+  const CpuKvSpan& check_span(const KvSpan& span, int64_t begin, int64_t end) const {
+    const auto* cs = dynamic_cast<const CpuKvSpan*>(&span);
+    if (!cs || cs->states.size() != positional.size()) throw RuntimeError("KV span of another backend");
+    if (begin < cs->begin || begin > end || end > cs->end || end > ctx)
+      throw RuntimeError(fmt::format("positions [{}, {}) outside the KV span [{}, {})", begin, end, cs->begin, cs->end));
+    for (size_t i = 0; i < positional.size(); ++i)
+      if ((int64_t)cs->states[i].size() != (cs->end - cs->begin) * row_floats(i))
+        throw RuntimeError("KV span of another stage");
+    return *cs;
+  }
+  void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end) {
+    const CpuKvSpan& cs = check_span(span, begin, end);
+    CpuSequence& s = seq(slot);
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+      const int64_t r = row_floats(i);
+      std::copy(cs.states[i].begin() + (begin - cs.begin) * r, cs.states[i].begin() + (end - cs.begin) * r,
+                s.buffers[i].begin() + begin * r);
+    }
+  }
+  std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const {
+    const CpuKvSpan& cs = check_span(span, begin, end);
+    auto out = std::make_shared<CpuKvSpan>();
+    out->begin = begin;
+    out->end = end;
+    for (size_t i = 0; i < cs.states.size(); ++i) {
+      const int64_t r = row_floats(i);
+      out->states.emplace_back(cs.states[i].begin() + (begin - cs.begin) * r,
+                               cs.states[i].begin() + (end - cs.begin) * r);
+    }
+    return out;
+  }
 };
 
 
@@ -130,6 +188,7 @@ class CpuBackend final : public Backend {
     if (opt.progress) read_weights_in(plan, *file_, opt.progress);
     slots_.emplace(ex_, plan);
     if (plan.draft_tokens > 0) head_.emplace(plan, file_, (int)plan.max_sequences);
+    kv_copied_.assign(slots_->seqs.size(), 0);
   }
   const ir::Plan& plan() const override { return ex_.plan(); }
   int slots() const override { return (int)slots_->seqs.size(); }
@@ -183,14 +242,21 @@ class CpuBackend final : public Backend {
   std::shared_ptr<Snapshot> save(int slot) const override {
     auto snap = slots_->save(slot);
     if (head_) static_cast<CpuSnapshot&>(*snap).head = head_->save(slot);
+    static_cast<CpuSnapshot&>(*snap).slot = slot;
     return snap;
   }
+  // The draft head's cache rows are positional and stay in their slot, so a snapshot restores the head only into
+  // the slot it came from, and only when no KV span was copied in (restore_kv) since: the prefix cache restores a
+  // shared prefix into another slot, or into this one after its rows were overwritten. Otherwise the head resets
+  // and the slot decodes without drafts until it resets (the output is the same; only the speed-up is lost).
   void restore(int slot, const Snapshot& snap) override {
     slots_->restore(slot, snap);
     if (head_) {
       const auto& cs = static_cast<const CpuSnapshot&>(snap);
-      if (cs.head) head_->restore(slot, *cs.head);
-      else head_->reset(slot);  // taken before drafting: the head cannot draft for it until the slot resets
+      const bool spans = kv_copied_[(size_t)slot] != 0;
+      kv_copied_[(size_t)slot] = 0;
+      if (cs.head && cs.slot == slot && !spans) head_->restore(slot, *cs.head);
+      else head_->reset(slot);
     }
   }
   int64_t snapshot_bytes() const override { return slots_->snapshot_bytes(); }
@@ -207,6 +273,17 @@ class CpuBackend final : public Backend {
     seq(slot).rollback(position);
     head_->rollback(slot, position);
   }
+  bool kv_spans() const override { return true; }
+  std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const override {
+    return slots_->save_kv(slot, begin, end);
+  }
+  void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end) override {
+    slots_->restore_kv(slot, span, begin, end);
+    if (head_) kv_copied_[(size_t)slot] = 1;
+  }
+  std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const override {
+    return slots_->slice_kv(span, begin, end);
+  }
 
  private:
   CpuSequence& seq(int slot) { return slots_->seq(slot); }
@@ -216,6 +293,7 @@ class CpuBackend final : public Backend {
   CpuExecutor ex_;
   std::optional<CpuSlots> slots_;  // made after the weights are read in
   std::optional<CpuDraftHead> head_;  // plans that draft (Plan::draft_tokens > 0)
+  std::vector<char> kv_copied_;       // per slot: restore_kv ran since its last restore (see restore)
 };
 
 // One stage of a multi-stage CPU plan: the executor bound to the stage's ops, a sequence (its layers' states) per
@@ -240,6 +318,16 @@ class CpuStage final : public PipelineStage {
   std::shared_ptr<Snapshot> save(int slot) const override { return slots_.save(slot); }
   void restore(int slot, const Snapshot& snap) override { slots_.restore(slot, snap); }
   int64_t snapshot_bytes() const override { return slots_.snapshot_bytes(); }
+  bool kv_spans() const override { return true; }
+  std::shared_ptr<KvSpan> save_kv(int slot, int64_t begin, int64_t end) const override {
+    return slots_.save_kv(slot, begin, end);
+  }
+  void restore_kv(int slot, const KvSpan& span, int64_t begin, int64_t end) override {
+    slots_.restore_kv(slot, span, begin, end);
+  }
+  std::shared_ptr<KvSpan> slice_kv(const KvSpan& span, int64_t begin, int64_t end) const override {
+    return slots_.slice_kv(span, begin, end);
+  }
   void compute(const PipelineUnit& u, const std::vector<StepInput>& batch, int buf,
                const PipelineResults& res) override {
     int64_t row = 0;

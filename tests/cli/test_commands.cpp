@@ -211,6 +211,29 @@ TEST_CASE("qrig bench prints llama-bench's table and writes every sample as JSON
   CHECK(one_plane.rc == 1);
 }
 
+TEST_CASE("qrig bench --sequences runs the tests for several sequences at once; a plan with fewer slots is refused",
+          "[cli][fixtures]") {
+  const std::string bin = QRIG_BINARY;
+  const std::string json = tmp("bench_seqs.json");
+  auto b = sh(bin + " bench " + kTiny + " -p 40 -n 3 -d 0,16 -r 1 -npl 1,3 --json " + json, true);
+  REQUIRE(b.rc == 0);
+  for (const char* t : {"| pp40 |", "| tg3 |", "| pp40 x3 |", "| tg3 x3 |", "| pp40 x3 @ d16 |", "| tg3 x3 @ d16 |"}) {
+    INFO(t);
+    CHECK(b.text.find(t) != std::string::npos);
+  }
+  std::ifstream in(json);
+  const std::string j((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(j.find("\"test\": \"tg3 x3 @ d16\"") != std::string::npos);
+  const std::string plan = tmp("bench_one_slot");
+  REQUIRE(sh(bin + " compile " + kTiny + " --backend cpu --parallel 1 --ctx 512 -o " + plan, true).rc == 0);
+  auto few = sh(bin + " bench " + plan + " -p 16 -n 2 -r 1 --sequences 2", true);
+  CHECK(few.rc == 1);
+  CHECK(few.text.find("--parallel 2") != std::string::npos);
+  auto bad = sh(bin + " bench " + kTiny + " -p 16 -n 2 -r 1 --sequences 0", true);
+  CHECK(bad.rc != 0);
+  CHECK(bad.text.find("--sequences") != std::string::npos);
+}
+
 TEST_CASE("qrig verify --kv runs a quantized cache and prints mean KL; compile --kv and inspect show the trade",
           "[cli][kv][fixtures]") {
   const std::string bin = QRIG_BINARY, ref = kShared + "/fixtures/tiny-ref.gguf";

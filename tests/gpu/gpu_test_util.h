@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "kernels/sampling.h"
 #include "runtime/cuda/q8_layout.h"
 #include "tests/cuda/kernel_sets.h"
+#include "tests/gpu/broken_kernels.h"
 #include "tests/runtime/cpu_test_util.h"
 
 namespace qrig::cuda::gputest {
@@ -143,12 +145,8 @@ inline DeviceBuffer<float> poisoned_device(size_t n, const std::string& what) {
   return b;
 }
 
-// Appends "op | shape | measure | value | threshold" to $QRIG_GPU_REPORT (when set) and prints it.
-inline void report(const std::string& op, const std::string& shape, const std::string& measure, double value,
-                   double threshold) {
-  const std::string line = fmt::format("| {} | {} | {} | {:.3g} | {} | {} |", op, shape, measure, value,
-                                       threshold < 0 ? std::string("exact") : fmt::format("{:.3g}", threshold),
-                                       (threshold < 0 ? value == 0 : value <= threshold) ? "ok" : "FAIL");
+// A table row to stdout and appended to $QRIG_GPU_REPORT (when set).
+inline void report_row(const std::string& line) {
   std::printf("%s\n", line.c_str());
   if (const char* path = std::getenv("QRIG_GPU_REPORT"))
     if (FILE* f = std::fopen(path, "a")) {
@@ -156,5 +154,49 @@ inline void report(const std::string& op, const std::string& shape, const std::s
       std::fclose(f);
     }
 }
+
+// Appends "op | shape | measure | value | threshold | ok/FAIL" to $QRIG_GPU_REPORT (when set) and prints it.
+inline void report(const std::string& op, const std::string& shape, const std::string& measure, double value,
+                   double threshold) {
+  report_row(fmt::format("| {} | {} | {} | {:.3g} | {} | {} |", op, shape, measure, value,
+                         threshold < 0 ? std::string("exact") : fmt::format("{:.3g}", threshold),
+                         (threshold < 0 ? value == 0 : value <= threshold) ? "ok" : "FAIL"));
+}
+
+// A deliberately broken kernel's row (tests/gpu/broken_kernels.h): its error must EXCEED the real test's
+// threshold ("caught"; "MISSED" is the failure). The unpatched template through the same path (b.from empty)
+// must stay within it (ok / FAIL, as report()).
+inline void report_bug(const broken::Bug& b, const std::string& shape, const std::string& measure, double value,
+                       double threshold) {
+  const bool none = b.from.empty();
+  report_row(fmt::format("| {}, bug: {} | {} | {} | {:.3g} | {} | {} |", b.kernel, none ? "none (the template as is)" : b.what,
+                         shape, none ? measure : measure + " (must exceed)", value, fmt::format("{:.3g}", threshold),
+                         none ? (value <= threshold ? "ok" : "FAIL") : (value > threshold ? "caught" : "MISSED")));
+}
+
+// The template of `v` with the bug patched in, compiled for this GPU's feature set (once per variant and bug in a
+// run: kernel sets are built again for every case) and loaded like Gpu::load's.
+inline LoadedKernel load_patched(const Variant& v, const broken::Bug& b) {
+  Gpu& g = Gpu::get();
+  static std::map<std::string, CompiledKernel> compiled;
+  const std::string key = v.name + "\n" + b.what + "\n" + b.from + "\n" + b.to;
+  auto it = compiled.find(key);
+  if (it == compiled.end()) it = compiled.emplace(key, broken::compile_patched(v, b, choose_arch(g.family_sm))).first;
+  return load_kernel(it->second, g.ptx);
+}
+
+// A loader for the kernel sets (gemm.h, gdn.h, attention.h) that compiles b.kernel's variants through
+// load_patched (with the bug, or as they are when b.from is empty: the same path) and every other variant as
+// Gpu::load does; *patched counts the patched loads (a bug whose kernel never ran would prove nothing).
+inline KernelLoader patched_loader(const broken::Bug& b, int* patched) {
+  return [b, patched](const Variant& v) {
+    if (v.kernel != b.kernel) return Gpu::get().load(v);
+    ++*patched;
+    return load_patched(v, b);
+  };
+}
+
+// The unpatched template of `kernel` as a Bug (the reference row of a broken-kernel test).
+inline broken::Bug no_bug(const std::string& kernel) { return {kernel, "", "", ""}; }
 
 }  // namespace qrig::cuda::gputest

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The quantized KV cache on a GPU machine (issue 19, "GPU run: quantized KV cache and 256K contexts"), with the
 # gpu-bundle built here (ninja -C build qrig_tests_gpu: the test binary and qrig). Usage:
-#   tests/gpu/kv.sh [STEPS]        STEPS: a comma list of the steps below (default all: 1,1l,2,3,4,5,6,7; "quick"
+#   tests/gpu/kv.sh [STEPS]        STEPS: a comma list of the steps below (default all: 1,1l,2,3,4,5,6,6p,6g,6b,7; "quick"
 #                                  is 1,1l,2,3,4,5). A device call runs at most 10 minutes: run e.g. "1", "1l,2",
 #                                  "3,4,5", "6", "7" as separate calls on one warm machine (the kernel cache under
 #                                  /tmp, the models and $OUT's reports are kept between them when $OUT is).
@@ -15,9 +15,11 @@
 #      prefill and --split 17 (decode steps).
 #   4. The 262144-token context: "[long262k]" (prefill 262144 tokens, decode 8; k8v3 and k3v3 vs k16v16).
 #   5. compute-sanitizer memcheck of one short quantized-cache verify (k8v3, --split 17).
-#   6. 9B Q8_0 synth: qrig bench -n 128 -d 0,32768,131072,262144 for k16v16 (fits an H200), k8v8, k8v3, k3v3;
-#      -p 4096 -d 32768 for the same; a plan of the 9B limited to 16 GiB (rig16.toml: the probed GPU with
-#      memory_gib = 16, the CMP card's) at --ctx 262144, inspected, decoding at depth 261888.
+#   6. 9B Q8_0 synth: qrig bench -n 128 -d 0,32768,131072,262144 for k16v16 (fits an H200), k8v8, k8v3, k3v3
+#      ($QRIG_KV_FORMATS and $QRIG_KV_DEPTHS narrow it: a fill of 262144 tokens takes minutes; each depth is
+#      filled once per format). 6p: -p 4096 -d 32768 for the same formats. 6g: a plan of the 9B limited to 16 GiB
+#      (rig16.toml: the probed GPU with memory_gib = 16, the CMP card's) at --ctx 262144, inspected, decoding at
+#      depth 261888.
 #   6b. the attention decode micro-benchmark over every pair to 256K keys ("[bench][kv]": GB/s of the rows read,
 #      % of $QRIG_PEAK_GBPS, default 4300: bench_kv_attention.md).
 #   7. 27B Q8_0 synth (a 27 GB file; QRIG_KV_27B=0 skips): qrig bench -n 128 -d 32768,131072 for k16v16 and k8v3.
@@ -32,7 +34,7 @@ reps=${QRIG_BENCH_REPS:-2}
 mkdir -p "$out" "$models"
 export QRIG_GPU_REPORT=$out/kv_report.md
 [[ -s "$QRIG_GPU_REPORT" ]] || printf '| op | shape | measure | value | threshold | |\n|---|---|---|---|---|---|\n' >"$QRIG_GPU_REPORT"
-steps=${1:-1,1l,2,3,4,5,6,7}
+steps=${1:-1,1l,2,3,4,5,6,6p,6g,6b,7}
 [[ "$steps" == quick ]] && steps=1,1l,2,3,4,5
 want() { [[ ",$steps," == *",$1,"* ]]; }
 status=0
@@ -103,25 +105,36 @@ fi
 
 bench_row() { grep -E '^\| [^|]+ \| [0-9.]+ GiB' "$1" | awk -F'|' '{printf "%s %s;", $6, $7}'; }
 
-if want 6; then
+kv_formats=${QRIG_KV_FORMATS:-k16v16 k8v8 k8v3 k3v3}
+kv_depths=${QRIG_KV_DEPTHS:-0,32768,131072,262144}
+if want 6 || want 6p || want 6g; then
   [[ -f "$models/9b.gguf" ]] || "$qrig" synth --preset 9b -o "$models/9b.gguf" >"$out/synth9b.log" 2>&1
-  for kv in k16v16 k8v8 k8v3 k3v3; do
-    "$qrig" bench "$models/9b.gguf" --rig "$out/rig.toml" --kv $kv -n 128 -d 0,32768,131072,262144 -r "$reps" \
+fi
+if want 6; then
+  for kv in $kv_formats; do
+    "$qrig" bench "$models/9b.gguf" --rig "$out/rig.toml" --kv $kv -p 0 -n 128 -d "$kv_depths" -r "$reps" \
       --json "$out/bench9b_$kv.json" >"$out/bench9b_$kv.md" 2>&1
-    add "bench 9B $kv tg128 @ d0,32K,128K,256K" "$(bench_row "$out/bench9b_$kv.md")"
-    "$qrig" bench "$models/9b.gguf" --rig "$out/rig.toml" --kv $kv -p 4096 -d 32768 -r "$reps" \
+    add "bench 9B $kv tg128 @ d$kv_depths" "$(bench_row "$out/bench9b_$kv.md")"
+  done
+fi
+if want 6p; then
+  for kv in $kv_formats; do
+    "$qrig" bench "$models/9b.gguf" --rig "$out/rig.toml" --kv $kv -p 4096 -n 0 -d 32768 -r "$reps" \
       --json "$out/bench9b_${kv}_pp.json" >"$out/bench9b_${kv}_pp.md" 2>&1
     add "bench 9B $kv pp4096 @ d32K" "$(bench_row "$out/bench9b_${kv}_pp.md")"
   done
+fi
+if want 6g; then
   sed -E 's/^([[:space:]]*)memory_gib[[:space:]]*=.*/\1memory_gib = 16.0/' "$out/rig.toml" >"$out/rig16.toml"
   "$qrig" compile "$models/9b.gguf" --rig "$out/rig16.toml" --ctx 262144 --parallel 1 -o "$out/plan9b_16g" \
     >"$out/compile9b_16g.log" 2>&1
   rc=$?
   [[ $rc -ne 0 ]] && status=1
   "$qrig" inspect "$out/plan9b_16g" >"$out/inspect9b_16g.log" 2>&1
-  "$qrig" bench "$out/plan9b_16g" -n 128 -d 261888 -r 1 >"$out/bench9b_16g.md" 2>&1
+  "$qrig" bench "$out/plan9b_16g" -p 0 -n 128 -d 261888 -r 1 >"$out/bench9b_16g.md" 2>&1
   add "9B in 16 GiB at ctx 262144" "compile $( [[ $rc == 0 ]] && echo ok || echo FAIL): $(grep -E '^kv cache' "$out/inspect9b_16g.log" | head -1); tg128 @ d261888: $(bench_row "$out/bench9b_16g.md")"
-
+fi
+if want 6b; then
   # 6b
   QRIG_BENCH_KV_OUT=$out/bench_kv_attention.md "$tests" "[bench][kv]" >"$out/bench_kv_attention.log" 2>&1
   add "attention decode GB/s, 9B k8v3 @ 32K/128K/256K" "$(grep -E '^\| 9B \| decode k8v3' "$out/bench_kv_attention.md" 2>/dev/null | awk -F'|' '{printf "%s %s;", $6, $7}')"

@@ -5,10 +5,11 @@
 // and read with the model's strides (interleaved with q: row 2*Hq*hd, head 2*hd). Outputs and the split
 // workspace are poisoned with NaN, and the cache rows past pos0+T hold fp16 NaN (no kernel may read them).
 // Error = max|gpu - cpu| / max|cpu|. Thresholds:
-//   decode (T <= 8/G tokens: attn_decode [+ attn_merge])           1e-4  all fp32; exp2 approx (~2 ulp), q
+//   decode (T <= 8/G tokens: attn_decode [+ attn_merge])           1e-5  all fp32; exp2 approx (~2 ulp), q
 //                                                                        pre-scaled by scale*log2 e, other
 //                                                                        summation orders (measured ~1e-6)
-//   prefill, the default fp32 P.V (attn_prefill h0 [+ attn_merge]) 1e-4  same (measured ~2e-6)
+//   prefill, the default fp32 P.V (attn_prefill h0 [+ attn_merge]) 1e-5  same (measured ~2e-6); broken kernels
+//        (a softmax rescale dropped, a mask off by one; tests/gpu/broken_kernels.h) must miss it
 //   prefill, HFMA2 P.V (h1, which a loader may substitute)        5e-3  P rounded to fp16 (2^-11 relative)
 //        and P.V summed in fp16 over the 32 keys of a tile before the fp32 accumulator: rounding errors of
 //        ~2^-12 of a tile's partial sum, 32 of them, against an output that averages many keys: ~1e-3 of an
@@ -17,6 +18,8 @@
 // Each case also runs with sms = 1 (fewer, longer splits: the single-split paths at long context) and twice
 // with the defaults (bit-identical: fixed reduction order).
 #include <catch2/catch.hpp>
+
+#include <memory>
 
 #include "runtime/cuda/attention.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -47,38 +50,48 @@ KernelLoader loader(int64_t half) {
   };
 }
 
-void check_case(const AttentionDims& d, int64_t T, int64_t pos0, float qmul, uint64_t seed) {
-  Gpu& g = Gpu::get();
-  const std::string shape = fmt::format("{} T={} pos0={}{}", dims_name(d), T, pos0, qmul != 1.0f ? " q x8" : "");
-  INFO(shape);
-  const int64_t n = pos0 + T, ctx = n + 64, row = d.Hkv * d.hd, qrow = d.Hq * d.hd;
-  const float scale = 1.0f / std::sqrt((float)d.hd);
+// One case's inputs on the host and the GPU and its CPU reference; run() goes through a kernel set built by `load`.
+struct AttCase {
+  AttentionDims d;
+  int64_t T, pos0, n, ctx, row, qrow;
+  float scale;
+  bool decode;
+  std::string shape;
+  std::vector<float> ref;
+  DeviceBuffer<float> dq, dqg;
+  DeviceBuffer<uint16_t> dk, dv;
 
-  // The cache: n rows of N(0,1) rounded to f16, then NaN rows; the reference reads the f16 values as f32.
-  std::vector<float> kf = randn((size_t)(n * row), seed), vf = randn((size_t)(n * row), seed + 1);
-  std::vector<uint16_t> kc((size_t)(ctx * row), kF16NaN), vc((size_t)(ctx * row), kF16NaN);
-  for (size_t i = 0; i < kf.size(); ++i) {
-    kc[i] = gguf::float_to_fp16(kf[i]);
-    kf[i] = gguf::fp16_to_float(kc[i]);
-    vc[i] = gguf::float_to_fp16(vf[i]);
-    vf[i] = gguf::fp16_to_float(vc[i]);
+  AttCase(const AttentionDims& d_, int64_t T_, int64_t pos0_, float qmul, uint64_t seed)
+      : d(d_), T(T_), pos0(pos0_), n(pos0 + T), ctx(n + 64), row(d.Hkv * d.hd), qrow(d.Hq * d.hd),
+        scale(1.0f / std::sqrt((float)d.hd)), decode(T <= std::max<int64_t>(1, 8 / (d.Hq / d.Hkv))),
+        shape(fmt::format("{} T={} pos0={}{}", dims_name(d), T, pos0, qmul != 1.0f ? " q x8" : "")) {
+    // The cache: n rows of N(0,1) rounded to f16, then NaN rows; the reference reads the f16 values as f32.
+    std::vector<float> kf = randn((size_t)(n * row), seed), vf = randn((size_t)(n * row), seed + 1);
+    std::vector<uint16_t> kc((size_t)(ctx * row), kF16NaN), vc((size_t)(ctx * row), kF16NaN);
+    for (size_t i = 0; i < kf.size(); ++i) {
+      kc[i] = gguf::float_to_fp16(kf[i]);
+      kf[i] = gguf::fp16_to_float(kc[i]);
+      vc[i] = gguf::float_to_fp16(vf[i]);
+      vf[i] = gguf::fp16_to_float(vc[i]);
+    }
+    const std::vector<float> q = randn((size_t)(T * qrow), seed + 2, 0.0f, qmul);
+    const std::vector<float> qg = randn((size_t)(T * 2 * qrow), seed + 3);  // [T][Hq][query | gate]
+    ref.resize((size_t)(T * qrow));
+    cpu::attention_gated(q.data(), kf.data(), vf.data(), T, pos0, d.Hq, d.Hkv, d.hd, scale, qg.data() + d.hd,
+                         2 * qrow, 2 * d.hd, ref.data());
+    dq = DeviceBuffer<float>(0, q.size(), "q");
+    dqg = DeviceBuffer<float>(0, qg.size(), "q|gate");
+    dk = DeviceBuffer<uint16_t>(0, kc.size(), "kcache");
+    dv = DeviceBuffer<uint16_t>(0, vc.size(), "vcache");
+    dq.upload(q);
+    dqg.upload(qg);
+    dk.upload(kc);
+    dv.upload(vc);
   }
-  const std::vector<float> q = randn((size_t)(T * qrow), seed + 2, 0.0f, qmul);
-  const std::vector<float> qg = randn((size_t)(T * 2 * qrow), seed + 3);  // [T][Hq][query | gate]
-  std::vector<float> ref((size_t)(T * qrow));
-  cpu::attention_gated(q.data(), kf.data(), vf.data(), T, pos0, d.Hq, d.Hkv, d.hd, scale, qg.data() + d.hd, 2 * qrow,
-                       2 * d.hd, ref.data());
 
-  DeviceBuffer<float> dq(0, q.size(), "q"), dqg(0, qg.size(), "q|gate");
-  DeviceBuffer<uint16_t> dk(0, kc.size(), "kcache"), dv(0, vc.size(), "vcache");
-  dq.upload(q);
-  dqg.upload(qg);
-  dk.upload(kc);
-  dv.upload(vc);
-  const bool decode = T <= std::max<int64_t>(1, 8 / (d.Hq / d.Hkv));
-
-  auto run = [&](int64_t half, int sms) {
-    const AttentionKernels ak = attention_kernels(loader(half), d, ctx, sms, std::max<int64_t>(T, 4096));
+  std::vector<float> run(const KernelLoader& load, int sms) const {
+    Gpu& g = Gpu::get();
+    const AttentionKernels ak = attention_kernels(load, d, ctx, sms, std::max<int64_t>(T, 4096));
     const int64_t ws_bytes = attention_workspace_bytes(d, attention_choice(d, ctx, sms).ctas, ctx, T);
     DeviceBuffer<char> ws(0, (size_t)std::max<int64_t>(256, ws_bytes), "attention workspace");
     ws.fill_bytes(0xFF);
@@ -87,20 +100,25 @@ void check_case(const AttentionDims& d, int64_t T, int64_t pos0, float qmul, uin
            ws.data(), g.stream.get());
     g.stream.sync("attention " + shape);
     return out.download();
-  };
+  }
+};
 
-  const std::vector<float> y = run(-1, g.info.sms);
-  const std::string op = decode ? "attention (decode)" : "attention (prefill)";
-  const double e = rel_err(y, ref);
-  report(op, shape, "vs cpu::attention_gated", e, kAttTol);
+void check_case(const AttentionDims& d, int64_t T, int64_t pos0, float qmul, uint64_t seed) {
+  Gpu& g = Gpu::get();
+  const AttCase c(d, T, pos0, qmul, seed);
+  INFO(c.shape);
+  const std::vector<float> y = c.run(loader(-1), g.info.sms);
+  const std::string op = c.decode ? "attention (decode)" : "attention (prefill)";
+  const double e = rel_err(y, c.ref);
+  report(op, c.shape, "vs cpu::attention_gated", e, kAttTol);
   CHECK(e <= kAttTol);
-  CHECK(cpu::test::bit_equal(run(-1, g.info.sms), y));  // deterministic
-  const double e1 = rel_err(run(-1, 1), ref);           // other split counts
-  report(op, shape + " sms=1", "vs cpu::attention_gated", e1, kAttTol);
+  CHECK(cpu::test::bit_equal(c.run(loader(-1), g.info.sms), y));  // deterministic
+  const double e1 = rel_err(c.run(loader(-1), 1), c.ref);           // other split counts
+  report(op, c.shape + " sms=1", "vs cpu::attention_gated", e1, kAttTol);
   CHECK(e1 <= kAttTol);
-  if (!decode) {
-    const double e2 = rel_err(run(1, g.info.sms), ref);
-    report("attention (prefill, HFMA2 P.V)", shape, "vs cpu::attention_gated", e2, 5e-3);
+  if (!c.decode) {
+    const double e2 = rel_err(c.run(loader(1), g.info.sms), c.ref);
+    report("attention (prefill, HFMA2 P.V)", c.shape, "vs cpu::attention_gated", e2, 5e-3);
     CHECK(e2 <= 5e-3);
   }
 }
@@ -156,5 +174,37 @@ TEST_CASE("the CTA targets the plan gives attention are this GPU's occupancy of 
       // differ).
       if (g.info.sm == 90 && g.family_sm == 90) CHECK(got == want);
     }
+  }
+}
+
+// The thresholds catch real bugs: each attention bug of tests/gpu/broken_kernels.h (a softmax running sum or output
+// not rescaled when the row max grows, a causal mask off by one, the warps' or the split-KV merge's partial sums
+// combined without their max's rescale) patched into its template and compiled by NVRTC must miss kAttTol against
+// cpu::attention_gated, the real test's comparison; the unpatched templates through the same path stay within it.
+// The cases run decode with splits and the merge (tiny, T = 1 at 100; T = 3 at 37: rows of several tokens, where a
+// mask can be off), prefill with splits and the merge (9B, T = 7 at 1000) and prefill in one split (9B, T = 64
+// at 0), with this GPU's SMs as a plan splits them; the maximum over them is the bug's error.
+TEST_CASE("deliberately broken attention kernels (decode, prefill, split-KV merge) fail the attention threshold",
+          "[gpu][broken]") {
+  Gpu& g = Gpu::get();
+  std::vector<broken::Bug> bugs;
+  for (const std::string kernel : {"attn_decode", "attn_prefill", "attn_merge"}) bugs.push_back(no_bug(kernel));
+  for (const broken::Bug& b : broken::bugs_of("attn")) bugs.push_back(b);
+  REQUIRE(bugs.size() == 9);
+  std::vector<std::unique_ptr<AttCase>> cases;
+  cases.push_back(std::make_unique<AttCase>(kTiny, 1, 100, 1.0f, 6000));
+  cases.push_back(std::make_unique<AttCase>(kTiny, 3, 37, 1.0f, 6001));
+  cases.push_back(std::make_unique<AttCase>(k9B, 7, 1000, 1.0f, 6002));
+  cases.push_back(std::make_unique<AttCase>(k9B, 64, 0, 1.0f, 6003));
+  for (const broken::Bug& b : bugs) {
+    INFO(b.kernel << ", bug: " << (b.from.empty() ? "none" : b.what));
+    int patched = 0;
+    const KernelLoader load = patched_loader(b, &patched);
+    double e = 0;
+    for (const auto& c : cases) e = std::max(e, rel_err(c->run(load, g.info.sms), c->ref));
+    CHECK(patched > 0);
+    report_bug(b, "tiny T=1,3; 9B T=7,64", "vs cpu::attention_gated", e, kAttTol);
+    if (b.from.empty()) CHECK(e <= kAttTol);
+    else CHECK(e > kAttTol);
   }
 }

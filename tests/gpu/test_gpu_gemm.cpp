@@ -1,14 +1,13 @@
 // The Q8_0 x int8 GEMM (gemm.h: PlanMatmul and both templates, every tiling, one and two activation planes)
 // against cpu::matmul on the GPU, on fresh random inputs, outputs poisoned with NaN first. Error = max|gpu -
 // cpu| / max|cpu| over the compared outputs (cpu::test::rel_err). Thresholds:
-//   2e-5  vs cpu::matmul on the same Q8_0 weights and the SAME quantized activation (host-quantized,
+//   4e-6  vs cpu::matmul on the same Q8_0 weights and the SAME quantized activation (host-quantized,
 //         dequantized for the reference: d * q, or d * (q + q2/254) with two planes): both compute the same
 //         products, so only the fp32 summation order (and, with two planes, the rounding of s1 + s2/254 per
-//         block against that of each dequantized value) differs (the GEMV's threshold,
-//         tests/gpu/test_gpu_kernels.cpp)
-//   2e-2  vs cpu::matmul on the float activation, one int8 plane: the quantization (a step of amax/127 per
-//         32 values) leaves ~0.5% relative noise
-//   1e-4  the same with two planes (the residual on the step amax/127/254): ~250x less; PlanMatmul checks of
+//         block against that of each dequantized value) differs (measured <= 9.2e-7, H200, 2026-12-02)
+//   1e-2  vs cpu::matmul on the float activation, one int8 plane: the quantization (a step of amax/127 per
+//         32 values) leaves ~0.5% relative noise (measured <= 6.2e-3)
+//   6e-5  the same with two planes (the residual on the step amax/127/254, measured <= 2.5e-5); PlanMatmul checks of
 //         at least 256 outputs also require the two-plane error to be below 1/20 of the one-plane error on
 //         the same inputs (fewer outputs: the one-plane maximum may be small by chance)
 // At the 9B shapes the reference covers a strided subset of the weight rows (all tokens): a full CPU matmul of
@@ -18,11 +17,13 @@
 // (among such runs); skinny tilings agree bit for bit with each other; repeated runs are identical
 // (deterministic); the GPU-quantized activation gives the same bits as the host-quantized one (quant_act_q8
 // is bit-exact, both planes). One-plane kernels must not read the second plane: it holds garbage for them.
+// Deliberately broken tiled and skinny kernels must miss the 4e-6 (the last case, tests/gpu/broken_kernels.h).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <array>
 #include <map>
+#include <memory>
 
 #include "runtime/cuda/gemm.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -350,4 +351,61 @@ TEST_CASE("PlanMatmul matches cpu::matmul at 9B and 27B shapes, one and two plan
       check_matmul(w, mm, {5, 40}, 26, 1999);
     }
   }
+}
+
+// The thresholds catch real bugs: each GEMM bug of tests/gpu/broken_kernels.h (off-by-one tile and loop indices, a
+// wrong second-plane step) patched into its template and compiled by NVRTC must miss kSameErr against the same
+// quantized activation, the real test's comparison; the unpatched templates through the same path stay within it,
+// one and two planes. K = 1280 leaves the skinny kernel a partial 512-byte chunk (16 of its 80 vectors), so its
+// tail runs; T = 100 leaves the tiled kernel a partial token tile; the skinny kernel runs T = 5 (c = 8) and 16.
+TEST_CASE("deliberately broken GEMM kernels (tiled and skinny) fail the GEMM threshold", "[gpu][broken]") {
+  const int64_t k = 1280, n = 1036;
+  const Q8Test w(n, k, 500);
+  const std::vector<int64_t> all = rows_of(n, 1);
+  std::map<std::pair<int64_t, int64_t>, std::pair<std::unique_ptr<Activation>, std::unique_ptr<References>>> inputs;
+  auto input = [&](int64_t T, int64_t planes) -> std::pair<const Activation*, const References*> {
+    auto& in = inputs[{T, planes}];
+    if (!in.first) {
+      in.first = std::make_unique<Activation>(T, k, 600 + (uint64_t)(T * 3 + planes), planes);
+      in.second = std::make_unique<References>(w, all, *in.first);
+    }
+    return {in.first.get(), in.second.get()};
+  };
+  int64_t caught = 0, bugs_run = 0;
+  for (const std::string kernel : {"gemm_q8_0_dp4a_tiled", "gemm_q8_0_dp4a_skinny"}) {
+    const bool tiled = kernel == "gemm_q8_0_dp4a_tiled";
+    std::vector<broken::Bug> bugs = {no_bug(kernel), no_bug(kernel)};
+    bugs[1].planes = 2;
+    for (const broken::Bug& b : broken::bugs_of(kernel)) bugs.push_back(b);
+    for (const broken::Bug& b : bugs) {
+      const int64_t planes = b.planes == 2 ? 2 : 1;
+      INFO(kernel << ", bug: " << (b.from.empty() ? "none" : b.what) << ", " << planes << " plane(s)");
+      double e = 0;
+      std::string shape = fmt::format("{}->{} p{} T=", k, n, planes);
+      for (const int64_t T : tiled ? std::vector<int64_t>{100} : std::vector<int64_t>{5, 16}) {
+        const auto [a, ref] = input(T, planes);
+        const Variant v = tiled ? gemm_q8_0_tiled_variant(planes, 64, 32, 4, 4, 2, 1)
+                                : gemm_q8_0_skinny_variant(planes, T <= 8 ? 8 : 16, 2, T <= 8 ? 2 : 1, T <= 8 ? 128 : 64);
+        const LoadedKernel kern = load_patched(v, b);
+        const auto y = run_poisoned(T, n, v.name, [&](float* out, StreamHandle s) {
+          if (tiled)
+            launch_gemm_q8_0_tiled(kern, w.device(), a->xq.data(), a->xd.data(), a->xq2.data(), T, out, s);
+          else
+            launch_gemm_q8_0_skinny(kern, w.device(), a->xq.data(), a->xd.data(), a->xq2.data(), T, out, s);
+        });
+        e = std::max(e, rel_err(y, ref->same));
+        shape += (shape.back() == '=' ? "" : ",") + std::to_string(T);
+      }
+      report_bug(b, shape, "vs same quantized activation", e, kSameErr);
+      if (b.from.empty()) {
+        CHECK(e <= kSameErr);
+      } else {
+        CHECK(e > kSameErr);
+        caught += e > kSameErr;
+        ++bugs_run;
+      }
+    }
+  }
+  CHECK(bugs_run == 6);
+  CHECK(caught == bugs_run);
 }

@@ -17,7 +17,7 @@
 //                    stage order; the f16 kernels measure ~1e-6..2e-6 and the sums grow with the context).
 //   kv_write then attention on the GPU against the CPU's quantize then attention: 1e-3 (a code that flipped at a
 //                    threshold moves one value by one level step).
-// ASSUMPTION for the GPU run: these thresholds are designed, not measured; the lead records the measured values.
+// The short-context thresholds held on the first GPU run (session 7); the long-context one is set from it (below).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -36,6 +36,9 @@ using kernels::KvPair;
 namespace {
 
 constexpr double kAttTol = 2e-5, kChainTol = 1e-3;
+// Over 32K..256K keys the fp32 sums run over up to 262144 terms (one split of 131K keys at sms=1): the first GPU
+// run measured 2.58e-5 (9B k8v8, 131071 keys, sms=1) with every other long case below 2e-5, so 5e-5 (~2x).
+constexpr double kAttTolLong = 5e-5;
 const AttentionDims kTiny{2, 1, 256}, k9B{16, 4, 256}, k27B{24, 4, 256};
 constexpr int64_t kLayer = 7;  // any layer: the rotation's signs depend on it
 
@@ -113,7 +116,7 @@ AttentionKernels kv_attention(const AttentionDims& d, int64_t ctx, int sms, KvPa
 
 // GPU attention over (k, v) for T tokens at pos0 against cpu::attention_gated_kv over the same caches.
 void check_attention(const AttentionDims& d, KvPair kv, const TestCache& k, const TestCache& v, int64_t T,
-                     int64_t pos0, float qmul, uint64_t seed) {
+                     int64_t pos0, float qmul, uint64_t seed, double tol = kAttTol) {
   Gpu& g = Gpu::get();
   const std::string shape = fmt::format("{} {} T={} pos0={}{}", dims_name(d), kernels::kv_pair_name(kv), T, pos0,
                                         qmul != 1.0f ? " q x8" : "");
@@ -149,12 +152,12 @@ void check_attention(const AttentionDims& d, KvPair kv, const TestCache& k, cons
   const std::string op = decode ? "kv attention (decode)" : "kv attention (prefill)";
   const std::vector<float> y = run(g.info.sms);
   const double e = rel_err(y, ref);
-  report(op, shape, "vs cpu::attention_gated_kv", e, kAttTol);
-  CHECK(e <= kAttTol);
+  report(op, shape, "vs cpu::attention_gated_kv", e, tol);
+  CHECK(e <= tol);
   CHECK(cpu::test::bit_equal(run(g.info.sms), y));  // deterministic
   const double e1 = rel_err(run(1), ref);           // fewer, longer splits (the one-split paths at short context)
-  report(op, shape + " sms=1", "vs cpu::attention_gated_kv", e1, kAttTol);
-  CHECK(e1 <= kAttTol);
+  report(op, shape + " sms=1", "vs cpu::attention_gated_kv", e1, tol);
+  CHECK(e1 <= tol);
 }
 
 // Fraction of differing codes (and the largest level distance) between two t rows' code bytes.
@@ -301,9 +304,9 @@ TEST_CASE("decode over 32K, 128K and 256K quantized keys and prefill at 32K matc
     const KvPair kv = pair(c.kv);
     const int64_t width = c.d.Hkv * c.d.hd;
     const TestCache k = make_cache(kv.k, width, c.n, c.n, 500), v = make_cache(kv.v, width, c.n, c.n, 501);
-    check_attention(c.d, kv, k, v, 1, c.n - 1, 1.0f, 600);  // the last position of the context
-    if (c.d.Hq == 16) check_attention(c.d, kv, k, v, 2, c.n - 2, 1.0f, 601);
-    if (c.n == 32768) check_attention(c.d, kv, k, v, 64, c.n - 64, 1.0f, 602);
+    check_attention(c.d, kv, k, v, 1, c.n - 1, 1.0f, 600, kAttTolLong);  // the last position of the context
+    if (c.d.Hq == 16) check_attention(c.d, kv, k, v, 2, c.n - 2, 1.0f, 601, kAttTolLong);
+    if (c.n == 32768) check_attention(c.d, kv, k, v, 64, c.n - 64, 1.0f, 602, kAttTolLong);
   }
 }
 

@@ -3,8 +3,9 @@
 // steps, then 8 decode steps, with quantized caches (k8v3, k3v3) against the f16 plan (k16v16), comparing every
 // step's last row: positions, RoPE, the split-KV decode over 256K quantized keys, the prefill's splits and every
 // grid dimension at that length. The CPU version at 16384 tokens (tests/runtime/test_kv_cache.cpp) measured
-// max_rel_err 8.0e-3 and mean KL 5.2e-6 for k8v3; the bounds here are that measurement's with ~4x margin, plus
-// room for the longer context (ASSUMPTION for the GPU run: not measured at 262144; the lead records the values).
+// max_rel_err 8.0e-3 and mean KL 5.2e-6 for k8v3. The first GPU run at 262144 (session 8, bench/RESULTS.md)
+// measured max_rel_err 0.024 / 0.032, mean KL 9.7e-5 / 1.10e-4 over every step's row and 9.3e-6 / 1.3e-5 over the
+// 8 decode steps (k8v3 / k3v3); the bounds are those with ~2x margin: 0.06, 2.5e-4 and 3e-5.
 // Also the f16 plan against itself run twice (deterministic) and every logit finite. Tagged [long262k]: tests/gpu/
 // kv.sh runs it apart from the other GPU tests (~1-2 minutes on an H200: the tiny model's attention is quadratic).
 #include <catch2/catch.hpp>
@@ -105,12 +106,13 @@ TEST_CASE("262144 tokens prefilled then decoded on the GPU: quantized caches agr
     }
     mean_kl /= (double)rows;
     late_kl /= (double)decode;
-    report("262144-token context", kv, "max_rel_err of last rows vs k16v16", worst, 0.05);
-    report("262144-token context", kv, "mean KL vs k16v16 (prefill steps + decode)", mean_kl, 1e-4);
-    report("262144-token context", kv, "mean KL vs k16v16 (the 8 decode steps)", late_kl, 1e-4);
+    constexpr double kWorst = 0.06, kMeanKl = 2.5e-4, kLateKl = 3e-5;
+    report("262144-token context", kv, "max_rel_err of last rows vs k16v16", worst, kWorst);
+    report("262144-token context", kv, "mean KL vs k16v16 (prefill steps + decode)", mean_kl, kMeanKl);
+    report("262144-token context", kv, "mean KL vs k16v16 (the 8 decode steps)", late_kl, kLateKl);
     CHECK(worst > 0);  // a quantized cache is not the f16 one
-    CHECK(worst < 0.05);
-    CHECK(mean_kl < 1e-4);
-    CHECK(late_kl < 1e-4);
+    CHECK(worst < kWorst);
+    CHECK(mean_kl < kMeanKl);
+    CHECK(late_kl < kLateKl);
   }
 }

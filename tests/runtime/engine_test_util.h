@@ -18,6 +18,7 @@
 #include "compiler/compile.h"
 #include "runtime/cpu/executor.h"
 #include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
 #include "test_backends.h"
 #include "tests/fixtures.h"
 
@@ -101,12 +102,58 @@ struct Reference {
   std::vector<std::vector<float>> logits;
 };
 
+// How the engine cuts tokens [begin, end) of a prompt it prefills from `begin` (docs/prefix-cache.md): at the
+// prompt's cut points (runtime/prefix_cache.h), and a call starting off the GDN chunk grid ends on it. Written out
+// here, not taken from the engine, so that a change to either shows.
+inline std::vector<std::vector<int32_t>> engine_calls(const ir::Plan& plan, const std::vector<int32_t>& prompt,
+                                                      int64_t begin) {
+  std::vector<int64_t> stops;
+  for (const auto& c : runtime::prefix_cuts(plan.prefix_cache, prompt))
+    if (c.pos > begin) stops.push_back(c.pos);
+  stops.push_back((int64_t)prompt.size());
+  // A step holds max_batch_tokens: from a position on the grid, pieces up to the next grid line or cut while they
+  // fit (the first one cut to the budget when even it does not).
+  const int64_t C = plan.gdn_chunk, budget = plan.max_batch_tokens;
+  std::vector<std::vector<int32_t>> calls;
+  int64_t pos = begin;
+  for (int64_t stop : stops) {
+    while (pos < stop) {
+      int64_t e;
+      if (pos % C != 0) e = std::min(stop, (pos / C + 1) * C);
+      else if (stop - pos <= budget) e = stop;
+      else e = (pos + budget) / C * C;
+      if (e - pos > budget || e <= pos) e = pos + budget;
+      calls.emplace_back(prompt.begin() + pos, prompt.begin() + e);
+      pos = e;
+    }
+  }
+  return calls;
+}
+
+// The pieces as the requests fed them: each piece is the part of a request's prompt (all pieces so far) that it
+// prefilled, cut as engine_calls does; single tokens (generated ones fed back) stay as they are.
+inline std::vector<std::vector<int32_t>> cut_like_engine(const ir::Plan& plan,
+                                                         const std::vector<std::vector<int32_t>>& pieces) {
+  std::vector<std::vector<int32_t>> out;
+  std::vector<int32_t> seen;
+  for (const auto& p : pieces) {
+    const int64_t begin = (int64_t)seen.size();
+    seen.insert(seen.end(), p.begin(), p.end());
+    if (p.size() == 1) {
+      out.push_back(p);
+      continue;
+    }
+    for (auto& c : engine_calls(plan, seen, begin)) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 inline Reference reference_greedy(const ir::Plan& plan, const std::vector<std::vector<int32_t>>& pieces, int64_t n) {
   runtime::CpuExecutor ex(plan, runtime::open_plan_model(plan));
   auto s = ex.new_sequence();
   Reference ref;
   std::vector<float> logits;
-  for (const auto& p : pieces) logits = ex.forward(s, p, {(int32_t)p.size() - 1});
+  for (const auto& p : cut_like_engine(plan, pieces)) logits = ex.forward(s, p, {(int32_t)p.size() - 1});
   for (int64_t i = 0; i < n; ++i) {
     int32_t best = (int32_t)(std::max_element(logits.begin(), logits.begin() + plan.vocab_real) - logits.begin());
     ref.tokens.push_back(best);

@@ -43,6 +43,16 @@ class ForwardingBackend : public runtime::Backend {
     return inner_->draft(slot, next, k, pick);
   }
   void rollback(int slot, int64_t position) override { inner_->rollback(slot, position); }
+  bool kv_spans() const override { return inner_->kv_spans(); }
+  std::shared_ptr<runtime::KvSpan> save_kv(int slot, int64_t begin, int64_t end) const override {
+    return inner_->save_kv(slot, begin, end);
+  }
+  void restore_kv(int slot, const runtime::KvSpan& span, int64_t begin, int64_t end) override {
+    inner_->restore_kv(slot, span, begin, end);
+  }
+  std::shared_ptr<runtime::KvSpan> slice_kv(const runtime::KvSpan& span, int64_t begin, int64_t end) const override {
+    return inner_->slice_kv(span, begin, end);
+  }
 
  private:
   std::unique_ptr<runtime::Backend> inner_;

@@ -249,3 +249,39 @@ TEST_CASE("a stop token inside a verify step ends the output where drafting off 
 }
 
 }  // namespace qrig::test
+
+namespace qrig::test {
+
+// The shared prefix cache restores a prefix into another slot by copying its KV span and then its snapshot; the
+// draft head's cache rows stay in the slot they were computed in, so there the head starts over (no drafts until
+// the slot resets) while the main model continues exactly; restored into its own slot without a copy, the head
+// keeps drafting from where the snapshot was.
+TEST_CASE("a snapshot restored into another slot through a KV span resets the draft head; its own slot keeps it",
+          "[runtime][speculative][fixtures]") {
+  const ir::Plan plan = mtp_plan(2, 2);
+  auto b = runtime::make_backend(plan);
+  REQUIRE(b->kv_spans());
+  std::mt19937 rng(23);
+  const auto prompt = random_prompt(rng, 40);
+  const int32_t next = 5;
+  b->step({{0, prompt, false}});
+  b->step({{0, {next}, true}});
+  REQUIRE(b->can_draft(0));
+  const auto snap = b->save(0);
+  const auto span = b->save_kv(0, 0, snap->position);
+
+  b->restore_kv(1, *span, 0, snap->position);
+  b->restore(1, *snap);
+  CHECK(b->position(1) == snap->position);
+  CHECK_FALSE(b->can_draft(1));
+  auto a0 = b->step({{0, {9}, true}});
+  auto a1 = b->step({{1, {9}, true}});
+  CHECK(bit_equal(a0[0], a1[0]));  // the main model's state came across exactly
+
+  b->restore(0, *snap);  // slot 0 back to the snapshot without a copy: the head's rows are still its own
+  CHECK(b->position(0) == snap->position);
+  CHECK(b->can_draft(0));
+  CHECK(bit_equal(b->step({{0, {9}, true}})[0], a0[0]));
+}
+
+}  // namespace qrig::test
