@@ -37,6 +37,8 @@ std::vector<TemplateInfo> pointwise_templates() {
        "dequantizes them, one block per token; ids out of range give NaN rows"},
       {"add_f32", "add_f32.cu", {threads_param()}, "residual add of f32 vectors (float4)"},
       {"swiglu_f32", "swiglu_f32.cu", {threads_param()}, "silu(gate) * up of f32 vectors (float4)"},
+      {"concat_f32", "concat_f32.cu", {threads_param()},
+       "rows of two f32 values side by side (the MTP draft head's [enorm(e) ; hnorm(h)]), grid-stride"},
       {"conv1d_silu_f32", "conv1d_silu_f32.cu",
        {{"k", "QRIG_K", 2, 8, 1, "taps"}, threads_param()},
        "causal depthwise conv over time + SiLU with a carried window, one thread per channel"},
@@ -69,6 +71,7 @@ Variant embed_wq_variant(int64_t ggml_type, int64_t d) {
 }
 Variant add_f32_variant() { return make_variant("add_f32", {{"t", 256}}); }
 Variant swiglu_f32_variant() { return make_variant("swiglu_f32", {{"t", 256}}); }
+Variant concat_f32_variant() { return make_variant("concat_f32", {{"t", 256}}); }
 Variant conv1d_silu_f32_variant(int64_t taps) { return make_variant("conv1d_silu_f32", {{"k", taps}, {"t", 128}}); }
 Variant head_rmsnorm_f32_variant(int64_t hd) { return make_variant("head_rmsnorm_f32", {{"d", hd}, {"t", 128}}); }
 Variant gated_rmsnorm_f32_variant(int64_t hd) { return make_variant("gated_rmsnorm_f32", {{"d", hd}, {"t", 128}}); }

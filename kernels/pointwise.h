@@ -1,6 +1,6 @@
 // Pointwise and row kernels of the default family (no tensor cores): RMSNorm (with the activation
 // quantization fused in, for the matmuls it feeds), the Q8_0 embedding, residual add, SwiGLU, the causal
-// conv1d + SiLU, per-head and gated norms, partial NeoX RoPE, the f16 KV write and the greedy argmax. Each
+// conv1d + SiLU, per-head and gated norms, the draft head's row concatenation, partial NeoX RoPE, the f16 KV write and the greedy argmax. Each
 // builder returns the variant the default family runs for a shape (the block size is chosen here, from the
 // row length); the compiler's kernel pass calls them, the runtime only loads what the plan names.
 #pragma once
@@ -17,6 +17,7 @@ Variant embed_q8_0_variant(int64_t d);  // Q8_0 rows of d values -> f32
 Variant embed_wq_variant(int64_t ggml_type, int64_t d);  // rows of a GGUF block type (kernels/matmul.h wq_*) -> f32
 Variant add_f32_variant();
 Variant swiglu_f32_variant();
+Variant concat_f32_variant();  // the MTP draft head's concat (docs/speculative.md)
 Variant conv1d_silu_f32_variant(int64_t taps);
 Variant head_rmsnorm_f32_variant(int64_t head_dim);
 Variant gated_rmsnorm_f32_variant(int64_t head_dim);

@@ -3,14 +3,17 @@
 // replaced by the last K-1 inputs. out [T][C] must not alias x. CPU reference: qrig::cpu::conv1d_causal_silu
 // (same fp32 accumulation order over taps).
 // One thread per channel walks the T tokens with the window in registers (coalesced over channels).
-// Variant: conv1d_silu_f32_k<K>_t<T>.  Grid: ceil(C / T).  Arguments: x, T, C, w, state, out.
+// A speculative verify step (docs/speculative.md) also keeps the window after each of its first `keep` tokens
+// (keep < T) at kept + t * kept_stride (layout of state), for a rollback; keep = 0 in every other step.
+// Variant: conv1d_silu_f32_k<K>_t<T>.  Grid: ceil(C / T).  Arguments: x, T, C, w, state, out, kept (null when
+// keep = 0), keep, kept_stride (floats).
 #include "qrig_common.cuh"
 
 static_assert(QRIG_K >= 2 && QRIG_K <= 8, "conv1d_silu_f32: K in 2..8");
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 conv1d_silu_f32(const float* __restrict__ x, int T, int C, const float* __restrict__ w, float* __restrict__ state,
-                float* __restrict__ out) {
+                float* __restrict__ out, float* __restrict__ kept, int keep, long long kept_stride) {
   constexpr int K = QRIG_K, H = QRIG_K - 1;
   const int c = blockIdx.x * QRIG_THREADS + threadIdx.x;
   if (c >= C) return;
@@ -27,6 +30,10 @@ conv1d_silu_f32(const float* __restrict__ x, int T, int C, const float* __restri
     out[(size_t)t * C + c] = qrig_silu(acc);
 #pragma unroll
     for (int k = 0; k < H; ++k) win[k] = win[k + 1];
+    if (t < keep) {
+#pragma unroll
+      for (int k = 0; k < H; ++k) kept[(size_t)t * (size_t)kept_stride + (size_t)k * C + c] = win[k];
+    }
   }
 #pragma unroll
   for (int k = 0; k < H; ++k) state[(size_t)k * C + c] = win[k];

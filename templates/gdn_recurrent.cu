@@ -11,9 +11,14 @@
 // without block barriers. Tokens are staged TB at a time in shared memory (raw q, k of the key head, the
 // block's v columns; then q and k normalised in place, one warp per vector), so the token loop itself only
 // reads shared memory and registers.
+// A speculative verify step (docs/speculative.md) also keeps the state after each of its first `keep` tokens:
+// after token t < keep the block writes its slice of S to kept + t * kept_stride (same layout as state), so a
+// rejection rolls back to any position of the step without a re-run. The token loop is the same with or without
+// it (keep = 0 in every other step), so a kept state is bit for bit the one a step ending at that token leaves.
 // Variant: gdn_recurrent_dk<DK>_dv<DV>_cw<CW>_t<T>.  Grid: (DV / (CW * T/32), Hv).
 // Arguments: mixed [n][2*Hk*DK + Hv*DV], alpha [n][Hv], beta [n][Hv], ssm_a [Hv], dt_bias [Hv], n_tokens,
-// hk, hv, state [Hv][DK][DV] (in place), out [n][Hv*DV]. mixed, state and out 16-byte aligned.
+// hk, hv, state [Hv][DK][DV] (in place), out [n][Hv*DV], kept (null when keep = 0), keep (< n_tokens),
+// kept_stride (floats between two kept states, a multiple of 4, < 2^31). mixed, state, kept and out 16-byte aligned.
 #include "qrig_common.cuh"
 
 constexpr int DK = QRIG_DK, DV = QRIG_DV, CW = QRIG_CW, T = QRIG_THREADS;
@@ -47,7 +52,8 @@ __device__ __forceinline__ float4 gdn_warp_sum_rows(float4 v) {
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gdn_recurrent(const float* __restrict__ mixed, const float* __restrict__ alpha, const float* __restrict__ beta,
               const float* __restrict__ ssm_a, const float* __restrict__ dt_bias, int n_tokens, int hk, int hv,
-              float* __restrict__ state, float* __restrict__ out) {
+              float* __restrict__ state, float* __restrict__ out, float* __restrict__ kept, int keep,
+              int kept_stride) {
   __shared__ __align__(16) float sq[TB][DK];
   __shared__ __align__(16) float sk[TB][DK];
   __shared__ __align__(16) float sv[TB][CT];
@@ -65,6 +71,7 @@ gdn_recurrent(const float* __restrict__ mixed, const float* __restrict__ alpha, 
 #pragma unroll
   for (int i = 0; i < RPT; ++i) s[i] = *reinterpret_cast<const float4*>(S + (size_t)(rg + RG * i) * DV);
   const float sa = ssm_a[j], dtb = dt_bias[j];
+  if (keep > 0) kept += (size_t)j * DK * DV + col;  // this thread's slice of each kept state
 
   for (int t0 = 0; t0 < n_tokens; t0 += TB) {
     const int nb = min(TB, n_tokens - t0);
@@ -135,6 +142,11 @@ gdn_recurrent(const float* __restrict__ mixed, const float* __restrict__ alpha, 
       }
       o = gdn_warp_sum_rows(o);
       if (rg == 0) *reinterpret_cast<float4*>(out + (size_t)(t0 + b) * hv * DV + (size_t)j * DV + col) = o;
+      if (t0 + b < keep) {  // a verify step: the state after this token, for a rollback
+        float* K = kept + (size_t)(t0 + b) * kept_stride;
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) *reinterpret_cast<float4*>(K + (size_t)(rg + RG * i) * DV) = s[i];
+      }
     }
   }
 #pragma unroll

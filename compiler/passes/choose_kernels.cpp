@@ -246,8 +246,9 @@ void choose_kernels(CompileContext& cx) {
         case ir::OpKind::gather_rows:
         case ir::OpKind::bridge:
           break;  // device-to-device copies (of the chosen rows; of the rows a bridge brought), no kernel
-        case ir::OpKind::concat:  // only in the MTP draft graph, which CUDA plans do not get (plan_draft.cpp)
-          throw CompileError(fmt::format("{}: the CUDA backend has no concat kernel", op.describe()));
+        case ir::OpKind::concat:  // the MTP draft graph's [enorm(e) ; hnorm(h)] (docs/speculative.md)
+          ranges = {all_rows(rows, kernels::concat_f32_variant(), "grid-stride copy of both rows")};
+          break;
       }
     } catch (const kernels::KernelError& e) {
       throw CompileError(fmt::format("{}: {}", op.describe(), e.what()));

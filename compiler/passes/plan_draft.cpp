@@ -53,8 +53,9 @@ void plan_draft(CompileContext& cx) {
   };
   if (hp.n_mtp < 1) return refuse("the model has no MTP block (nextn_predict_layers) to draft with");
   if (p.backend != "cpu")
-    return refuse("speculative decoding is not implemented on the CUDA backend yet (the MTP head and the "
-                  "multi-position verify with its GDN rollback run on the CPU backend only: --backend cpu)");
+    return refuse("speculative decoding is not implemented on the CUDA backend yet (it runs a verify step and its "
+                  "rollback, but not the MTP draft head, whose graph gets no CUDA kernels, arena or cache: "
+                  "--backend cpu)");
   if (p.placement.size() != 1)
     return refuse("speculative decoding is not implemented on a pipeline of several stages yet");
   if (p.kernel_family != "reference")

@@ -361,14 +361,7 @@ void run_bridge(const RunCx& c, const Step& s) {
 }
 
 void run_concat(const RunCx& c, const Step& s) {
-  const int64_t wa = c.g.width(s.b->args[0]), wb = c.g.width(s.b->args[1]), n = c.n(s);
-  const float* a = c.in(s, 0);
-  const float* b = c.in(s, 1);
-  float* o = c.out(s);
-  for (int64_t t = 0; t < n; ++t) {
-    std::copy(a + t * wa, a + (t + 1) * wa, o + t * (wa + wb));
-    std::copy(b + t * wb, b + (t + 1) * wb, o + t * (wa + wb) + wa);
-  }
+  cpu::concat_rows(c.in(s, 0), c.g.width(s.b->args[0]), c.in(s, 1), c.g.width(s.b->args[1]), c.n(s), c.out(s));
 }
 
 constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {

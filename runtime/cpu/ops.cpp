@@ -146,6 +146,21 @@ void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d, int8
   }
 }
 
+void concat_rows(const float* a, int64_t wa, const float* b, int64_t wb, int64_t T, float* out) {
+  const char* op = "concat_rows";
+  require_count(wa, op, "wa");
+  require_count(wb, op, "wb");
+  require_count(T, op, "T");
+  if (T == 0 || wa + wb == 0) return;
+  require_ptr(out, op, "out");
+  if (wa > 0) require_ptr(a, op, "a");
+  if (wb > 0) require_ptr(b, op, "b");
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy(a + t * wa, a + (t + 1) * wa, out + t * (wa + wb));
+    std::copy(b + t * wb, b + (t + 1) * wb, out + t * (wa + wb) + wa);
+  }
+}
+
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   const char* op = "swiglu";
   require_count(n, op, "n");

@@ -48,6 +48,9 @@ void quantize_q8_activation(const float* x, int64_t n, int8_t* q, float* d, int8
 void add(const float* a, const float* b, int64_t n, float* out);
 // out = silu(gate) * up elementwise; may run in place.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
+// Rows side by side: out[t] = [a[t] (wa values) ; b[t] (wb values)] for T rows (the MTP draft head's concat op).
+// out must not alias a or b.
+void concat_rows(const float* a, int64_t wa, const float* b, int64_t wb, int64_t T, float* out);
 
 // Causal depthwise conv over time + SiLU. x[T][C]; w[C][K] (tap index fastest, as GGUF ssm_conv1d
 // ne = [K, C]); tap K-1 multiplies the current input. state[K-1][C] holds the previous K-1 inputs

@@ -12,8 +12,9 @@ namespace qrig::runtime {
 
 namespace {
 
-// Runs `batch` on the executor (last token of each input that wants logits as an output row) and hands back, per
-// input, its logits or (where select asks and the candidates decide the row) its top candidates.
+// Runs `batch` on the executor (last token of each input that wants logits as an output row; a verify step's last
+// logit_rows tokens) and hands back, per input, its logits (logit_rows rows of them) or (where select asks and the
+// candidates decide the row) its top candidates.
 void step_and_collect(CudaExecutor& ex, const std::vector<StepInput>& batch, const std::vector<Backend::Select>* select,
                       int stage_buf, std::vector<std::vector<float>>& out,
                       std::vector<std::optional<TopCandidates>>& top) {
@@ -23,14 +24,19 @@ void step_and_collect(CudaExecutor& ex, const std::vector<StepInput>& batch, con
   int64_t n_rows = 0;
   bool selected = false;
   std::vector<cuda::TopKRow> req;
-  for (const StepInput& in : batch)  // a verify step of speculative decoding: not on the CUDA backend yet
-    if (in.logit_rows != 1)
-      throw RuntimeError(fmt::format("the CUDA backend returns the logits of one row per input, not {} (speculative "
-                                     "decoding runs on the CPU backend only)", in.logit_rows));
   for (size_t k = 0; k < batch.size(); ++k)
     if (batch[k].want_logits && !batch[k].tokens.empty()) {
-      rows[k].push_back((int32_t)batch[k].tokens.size() - 1);
-      row_of[k] = n_rows++;
+      const int32_t T = (int32_t)batch[k].tokens.size(), n = batch[k].logit_rows;
+      if (n < 1 || n > T) throw RuntimeError(fmt::format("logits of {} rows of an input of {} tokens", n, T));
+      row_of[k] = n_rows;
+      if (n > 1) {  // a verify step of speculative decoding: its last n rows, from their logits on the host
+        for (int32_t r = T - n; r < T; ++r) rows[k].push_back(r);
+        n_rows += n;
+        req.resize(req.size() + (size_t)n);
+        continue;
+      }
+      rows[k].push_back(T - 1);
+      ++n_rows;
       // A row with more adjustments than the plan's sampling buffers hold is sampled from its logits on the
       // host (the same result: the candidates are exact whenever they suffice).
       cuda::TopKRow r;  // rows not selected ride along with k = 1 and nothing to adjust (cheap)
@@ -49,6 +55,13 @@ void step_and_collect(CudaExecutor& ex, const std::vector<StepInput>& batch, con
   if (selected) cands = ex.select_top(req);
   for (size_t k = 0; k < batch.size(); ++k) {
     if (row_of[k] < 0) continue;
+    if (batch[k].logit_rows > 1) {
+      for (int32_t r = 0; r < batch[k].logit_rows; ++r) {
+        const std::vector<float> row = ex.logits_row(row_of[k] + r);
+        out[k].insert(out[k].end(), row.begin(), row.end());
+      }
+      continue;
+    }
     if (sel[k] && (*select)[k].sampler->top_suffices(cands[(size_t)row_of[k]]))
       top[k] = std::move(cands[(size_t)row_of[k]]);
     else
@@ -87,6 +100,9 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Snapshot> save(int slot) const override { return ex_.save(slot); }
   void restore(int slot, const Snapshot& snap) override { ex_.restore(slot, snap); }
   int64_t snapshot_bytes() const override { return ex_.snapshot_bytes(); }
+  // The verify half of speculative decoding (a plan with draft_tokens > 0 keeps the states a rollback needs). The
+  // draft head does not run on CUDA yet, so draft_tokens() stays 0 and the engine never drafts here.
+  void rollback(int slot, int64_t position) override { ex_.rollback(slot, position); }
 
  private:
   CudaExecutor ex_;

@@ -54,6 +54,8 @@ void CudaExecutor::reset(int slot) {
   Impl& m = *impl_;
   Slot& s = m.slot(slot);
   s.n_past = 0;  // KV entries at positions >= n_past are never read before being written again
+  s.kept_from = -1;
+  s.kept_count = 0;
   if (s.rec.bytes() == 0) return;
   try {
     cuda::DeviceGuard guard(m.opt.device);
@@ -75,7 +77,7 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
   // Validate everything before any state changes.
   std::set<int> seen;
   std::vector<int32_t> tok, pos, out_rows;
-  std::vector<int64_t> offset;
+  std::vector<int64_t> offset, keep;
   for (size_t k = 0; k < batch.size(); ++k) {
     const StepInput& in = batch[k];
     const Slot& s = m.slot(in.slot);
@@ -91,6 +93,20 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
         throw RuntimeError(fmt::format("output row {} is out of range [0, {})", r, in.tokens.size()));
       out_rows.push_back((int32_t)tok.size() + r);
     }
+    // A verify step of speculative decoding (StepInput::logit_rows > 1): the recurrent states after each of its
+    // tokens but the last are kept for rollback() (the last one's are the live states).
+    const int64_t nt = (int64_t)in.tokens.size();
+    if (in.logit_rows < 1 || in.logit_rows > nt)
+      throw RuntimeError(fmt::format("slot {}: logits of {} rows of a step of {} tokens", in.slot, in.logit_rows, nt));
+    keep.push_back(in.logit_rows > 1 ? nt - 1 : 0);
+    if (keep.back() > m.plan.draft_tokens)
+      throw RuntimeError(fmt::format("slot {}: a verify step of {} tokens; this plan keeps the states of {} draft "
+                                     "tokens", in.slot, nt, m.plan.draft_tokens));
+    if (keep.back() > 0)
+      for (const CudaStep& st : m.steps)
+        if (st.gdn && !st.gdn->recurrent_for(nt))
+          throw RuntimeError(fmt::format("{}: a verify step of {} tokens would run the chunked GDN, which keeps no "
+                                         "state per token", st.b->op->describe(), nt));
     offset.push_back((int64_t)tok.size());
     for (size_t i = 0; i < in.tokens.size(); ++i) {
       tok.push_back(in.tokens[i]);
@@ -113,7 +129,7 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
   cuda::copy_to_device_async(m.pos_dev.data(), pos.data(), (size_t)T * 4, st, "step positions");
   if (R > 0) cuda::copy_to_device_async(m.rows_dev.data(), out_rows.data(), (size_t)R * 4, st, "step rows");
 
-  const StepCx cx{m, batch, offset, out_rows, T, R, st};
+  const StepCx cx{m, batch, offset, out_rows, keep, T, R, st};
   // A stage's incoming rows, from the bridge buffer the boundary filled, into the bridge op's place.
   if (m.bridge_in_step >= 0)
     cuda::copy_on_device(m.steps[(size_t)m.bridge_in_step].out[0], m.bridge_in[stage_buf].data(),
@@ -211,7 +227,12 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
       cuda::copy_to_host_async(result.logits.data(), logits, result.logits.size() * 4, st, "logits");
     }
     if (want_logits || want_argmax) m.stream->sync("step");
-    for (size_t k = 0; k < batch.size(); ++k) m.slot(batch[k].slot).n_past += (int64_t)batch[k].tokens.size();
+    for (size_t k = 0; k < batch.size(); ++k) {
+      Slot& sl = m.slot(batch[k].slot);
+      sl.kept_from = keep[k] > 0 ? sl.n_past : -1;
+      sl.kept_count = keep[k];
+      sl.n_past += (int64_t)batch[k].tokens.size();
+    }
     m.last_rows = R;
     return result;
   } catch (const std::exception& e) {
@@ -293,6 +314,35 @@ void CudaExecutor::restore(int slot, const Snapshot& snap) {
     throw RuntimeError(std::string("CUDA restore: ") + e.what());
   }
   s.n_past = cs->position;
+  s.kept_from = -1;  // a verify step's copies belong to the state before the restore
+  s.kept_count = 0;
+}
+
+void CudaExecutor::rollback(int slot, int64_t position) {
+  Impl& m = *impl_;
+  Slot& s = m.slot(slot);
+  if (position == s.n_past) return;  // everything the last step ran is kept
+  if (s.kept_from < 0)
+    throw RuntimeError(fmt::format("rollback of slot {} to position {}: it is at {} and its last step kept positions "
+                                   "for none (not a verify step, or rolled back already)", slot, position, s.n_past));
+  if (position <= s.kept_from || position > s.kept_from + s.kept_count)
+    throw RuntimeError(fmt::format("rollback of slot {} to position {}: it is at {} and its last step kept positions "
+                                   "{}..{}", slot, position, s.n_past, s.kept_from + 1, s.kept_from + s.kept_count));
+  const int64_t idx = position - s.kept_from - 1;  // the copy after token `position - 1`
+  try {
+    cuda::DeviceGuard guard(m.opt.device);
+    // Key and value caches keep their rows (append-only by position: the rows past `position` are written again
+    // before they are read); the recurrent states come back from the kept image.
+    if (s.rec.bytes() > 0)
+      cuda::copy_on_device(s.rec.data(), s.kept.data() + idx * m.layout.rec_floats, s.rec.bytes(), m.stream->get(),
+                           "rollback of the recurrent states");
+  } catch (const cuda::CudaError& e) {
+    reset(slot);
+    throw RuntimeError(std::string("CUDA rollback (the slot was reset): ") + e.what());
+  }
+  s.n_past = position;
+  s.kept_from = -1;  // what was kept after `position` is stale now
+  s.kept_count = 0;
 }
 
 int64_t CudaExecutor::snapshot_bytes() const { return impl_->layout.rec_floats * 4; }

@@ -94,6 +94,13 @@ class CudaExecutor {
   bool top_k_fits(const cuda::TopKRow& row) const;  // whether the plan's sampling buffers hold the row
   std::vector<float> logits_row(int64_t row);
 
+  // Speculative decoding (docs/speculative.md; plans with draft_tokens > 0): a step input with logit_rows > 1 (a
+  // verify step of T <= draft_tokens + 1 tokens, starting at position p) keeps the slot's recurrent states after
+  // each of its first T - 1 tokens (inside the conv and recurrent GDN kernels); rollback() then returns the slot to
+  // `position` in p + 1 .. p + T exactly as if only the first position - p tokens had run (their kept states are bit
+  // for bit what such a step leaves). Throws RuntimeError for any other position.
+  void rollback(int slot, int64_t position);
+
   // Recurrent state (conv + GDN; KV caches are append-only by position) of a slot, copied on the device.
   std::shared_ptr<Snapshot> save(int slot) const;
   void restore(int slot, const Snapshot& snap);

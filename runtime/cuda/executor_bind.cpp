@@ -140,6 +140,10 @@ void CudaExecutor::Impl::bind() {
       sl.rec = cuda::DeviceBuffer<float>(opt.device, (size_t)layout.rec_floats, fmt::format("slot {} states", i));
       sl.rec.fill_bytes(0);
     }
+    if (layout.kept_floats > 0) {  // a plan that drafts: a verify step's states per position (rollback)
+      sl.kept = cuda::DeviceBuffer<float>(opt.device, (size_t)layout.kept_floats, fmt::format("slot {} kept states", i));
+      sl.kept.fill_bytes(0);
+    }
     for (size_t k = 0; k < graph->states.size(); ++k) {
       sl.cache.emplace_back();
       if (layout.cache_halves[k] > 0) {

@@ -61,6 +61,11 @@ struct Slot {
   cuda::DeviceBuffer<float> rec;                  // conv + GDN states
   std::vector<cuda::DeviceBuffer<uint16_t>> cache;  // per graph state: its fp16 cache (empty for recurrent ones)
   int64_t n_past = 0;
+  // Speculative decoding (plans with draft_tokens > 0, docs/speculative.md): a verify step's recurrent states after
+  // each of its first kept_count tokens, each a whole image of rec (layout.rec_floats apart), for rollback().
+  cuda::DeviceBuffer<float> kept;
+  int64_t kept_from = -1;  // n_past before the step that kept them (-1: nothing kept)
+  int64_t kept_count = 0;
 };
 
 struct CudaSnapshot : Snapshot {
@@ -152,6 +157,7 @@ struct StepCx {
   const std::vector<StepInput>& batch;
   const std::vector<int64_t>& offset;  // first row of each input in the step
   const std::vector<int32_t>& out_rows;
+  const std::vector<int64_t>& keep;    // per input: recurrent states kept after its first keep tokens (a verify step)
   int64_t T, R;
   cuda::StreamHandle stream;
 };

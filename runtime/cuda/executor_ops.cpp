@@ -180,11 +180,8 @@ void kernels_attention(KernelBinder& kb, CudaStep& s) {
       throw RuntimeError(fmt::format("{}: cache width does not match the heads", op.describe()));
 }
 void kernels_none(KernelBinder&, CudaStep&) {}
-// concat only appears in the MTP draft graph, which the compiler never gives a CUDA plan (docs/speculative.md).
-void kernels_concat(KernelBinder&, CudaStep& s) {
-  throw RuntimeError(fmt::format("{}: the CUDA backend does not run the MTP draft head (speculative decoding runs on "
-                                 "the CPU backend only)", s.b->op->describe()));
-}
+// The MTP draft graph's [enorm(e) ; hnorm(h)] (docs/speculative.md).
+void kernels_concat(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "concat_f32"); }
 
 using KernelsFn = void (*)(KernelBinder&, CudaStep&);
 constexpr std::array<KernelsFn, ir::kOpKindCount> kKernels = [] {
@@ -418,6 +415,11 @@ void run_gather_rows(const StepCx& c, const CudaStep& s) {
     cuda::copy_on_device(s.out[0] + r * w, x + (int64_t)c.out_rows[(size_t)r] * w, (size_t)w * 4, c.stream,
                          "gather of output rows");
 }
+void run_concat(const StepCx& c, const CudaStep& s) {
+  const int64_t n = s.b->rows ? c.R : c.T;
+  cuda::launch_concat_f32(s.kernel_for(n), f32_in(c, s, 0), c.m.graph->width(s.b->args[0]), f32_in(c, s, 1),
+                          c.m.graph->width(s.b->args[1]), n, s.out[0], c.stream);
+}
 // The receiving side of a bridge: the stage's step copied the rows in from its bridge buffer before any op ran
 // (outside CUDA graphs: the buffer alternates between steps), so nothing is left to launch.
 void run_bridge(const StepCx&, const CudaStep&) {}
@@ -430,16 +432,16 @@ void run_per_sequence(const StepCx& c, const CudaStep& s) {
     auto in = [&](size_t a) { return f32_in(c, s, a) + off * m.graph->width(s.b->args[a]); };
     switch (s.b->kind) {
       case OpKind::conv1d_silu: {
-        const int64_t w = m.graph->width(s.b->results[0]);
-        cuda::launch_conv1d_silu_f32(s.kernel_for(nt), in(0), nt, w, s.vec,
-                                     sl.rec.data() + m.layout.state_offset[(size_t)s.b->state], s.out[0] + off * w,
-                                     c.stream);
+        const int64_t w = m.graph->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
+        cuda::launch_conv1d_silu_f32(s.kernel_for(nt), in(0), nt, w, s.vec, sl.rec.data() + so, s.out[0] + off * w,
+                                     c.stream, c.keep[k] > 0 ? sl.kept.data() + so : nullptr, c.keep[k],
+                                     m.layout.rec_floats);
         break;
       }
       case OpKind::gdn: {
-        const int64_t w = m.graph->width(s.b->results[0]);
-        s.gdn->run(in(0), in(1), in(2), s.ssm_a, s.dt_bias, nt, sl.rec.data() + m.layout.state_offset[(size_t)s.b->state],
-                   s.out[0] + off * w, s.scratch, c.stream);
+        const int64_t w = m.graph->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
+        s.gdn->run(in(0), in(1), in(2), s.ssm_a, s.dt_bias, nt, sl.rec.data() + so, s.out[0] + off * w, s.scratch,
+                   c.stream, c.keep[k] > 0 ? sl.kept.data() + so : nullptr, c.keep[k], m.layout.rec_floats);
         break;
       }
       case OpKind::kv_write: {
@@ -485,7 +487,7 @@ constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   t[(size_t)OpKind::attention] = run_per_sequence;
   t[(size_t)OpKind::gather_rows] = run_gather_rows;
   t[(size_t)OpKind::bridge] = run_bridge;
-  t[(size_t)OpKind::concat] = run_bridge;  // never reached: kernels_concat refuses the op at bind
+  t[(size_t)OpKind::concat] = run_concat;
   return t;
 }();
 

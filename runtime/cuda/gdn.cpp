@@ -60,7 +60,7 @@ bool GdnKernels::recurrent_for(int64_t T) const { return range_for(T).kernels.si
 
 void GdnKernels::run(const float* mixed, const float* alpha, const float* beta, const float* ssm_a,
                      const float* dt_bias, int64_t T, float* state, float* out, void* workspace,
-                     StreamHandle stream) const {
+                     StreamHandle stream, float* kept, int64_t keep, int64_t kept_stride) const {
   if (T < 0 || T > INT_MAX / 2) throw KernelError(fmt::format("gdn: {} tokens", T));
   if (T == 0) return;
   require_aligned(mixed, 16, "gdn", "mixed");
@@ -72,11 +72,21 @@ void GdnKernels::run(const float* mixed, const float* alpha, const float* beta, 
   require_aligned(out, 16, "gdn", "out");
   const int n = (int)T, hk = (int)d_.Hk, hv = (int)d_.Hv;
   const Range& r = range_for(T);
+  if (keep < 0 || keep >= T) throw KernelError(fmt::format("gdn: keeping the state after {} of {} tokens", keep, T));
+  if (keep > 0) {
+    if (r.kernels.size() != 1)
+      throw KernelError(fmt::format("gdn: a step of {} tokens runs the chunked pair, which keeps no state per token", T));
+    require_aligned(kept, 16, "gdn", "kept");
+    if (kept_stride < d_.Hv * d_.dk * d_.dv || kept_stride % 4 || kept_stride > INT_MAX)
+      throw KernelError(fmt::format("gdn: kept states {} floats apart, each {}", kept_stride, d_.Hv * d_.dk * d_.dv));
+  }
   if (r.kernels.size() == 1) {
     const LoadedKernel& k = r.kernels[0];
     const int64_t cols = k.variant.param("cw") * (k.variant.threads() / 32);
+    float* kept_arg = keep > 0 ? kept : nullptr;
     k.kernel.launch(Dim3((unsigned)(d_.dv / cols), (unsigned)hv), Dim3((unsigned)k.variant.threads()), 0, stream,
-                    mixed, alpha, beta, ssm_a, dt_bias, n, hk, hv, state, out);
+                    mixed, alpha, beta, ssm_a, dt_bias, n, hk, hv, state, out, kept_arg, (int)keep,
+                    (int)(keep > 0 ? kept_stride : 0));
     return;
   }
   require_aligned(workspace, 256, "gdn", "workspace");

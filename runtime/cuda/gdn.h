@@ -22,9 +22,12 @@ class GdnKernels {
   // ranges: per range of tokens either [gdn_recurrent] or [gdn_chunk_prep, gdn_chunk_scan] (ir/kernel_attr.h).
   GdnKernels(const KernelLoader& load, const GdnDims& d, int64_t chunk, const std::vector<ir::LaunchRange>& ranges);
   // The T tokens of one sequence. workspace: kernels::gdn_workspace_bytes(d, chunk, T) bytes, 256-byte aligned
-  // (unused by the recurrent kernel).
+  // (unused by the recurrent kernel). A verify step of speculative decoding (docs/speculative.md) keeps the state
+  // after each of its first `keep` tokens (keep < T) at kept + t * kept_stride floats: only the recurrent kernel
+  // keeps them (KernelError where the plan's range for T is the chunked pair).
   void run(const float* mixed, const float* alpha, const float* beta, const float* ssm_a, const float* dt_bias,
-           int64_t T, float* state, float* out, void* workspace, StreamHandle stream) const;
+           int64_t T, float* state, float* out, void* workspace, StreamHandle stream, float* kept = nullptr,
+           int64_t keep = 0, int64_t kept_stride = 0) const;
   bool recurrent_for(int64_t T) const;
 
  private:

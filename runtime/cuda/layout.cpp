@@ -57,6 +57,7 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
     throw RuntimeError(fmt::format("a plan of {} stages runs as a pipeline (one executor per stage)",
                                    plan.placement.size()));
   std::vector<bool> used_state(g.states.size(), stage.empty());
+  std::vector<bool> keeps_state(g.states.size(), false);  // written by an op that keeps it per position (conv, gdn)
   L.has_output = stage.empty();
   std::set<std::string> seen;
   // A matrix: Q8_0, or another block type the dp4a family decodes (uploaded split, kernels/matmul.h wq_layout).
@@ -96,6 +97,8 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
     if (!on_stage(op, stage)) continue;
     for (int st : {b.state, b.k_state, b.v_state})
       if (st >= 0) used_state[(size_t)st] = true;
+    if (b.state >= 0 && (b.kind == ir::OpKind::conv1d_silu || b.kind == ir::OpKind::gdn))
+      keeps_state[(size_t)b.state] = true;
     if (b.kind == ir::OpKind::gather_rows) L.has_output = true;
     if (b.kind == ir::OpKind::bridge) L.bridge_in_width = width;
     switch (b.kind) {
@@ -187,12 +190,17 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
     } else {
       if (st.dtype != ir::DType::f32)
         throw RuntimeError(fmt::format("state %{} is {}: recurrent states are f32", st.name, ir::dtype_name(st.dtype)));
+      if (plan.draft_tokens > 0 && !keeps_state[k])  // a rollback restores only what the verify kept
+        throw RuntimeError(fmt::format("state %{}: a plan that drafts keeps recurrent states per position only for "
+                                       "conv1d_silu and gdn ops", st.name));
       L.state_offset.push_back(L.rec_floats);
       L.cache_halves.push_back(0);
       L.rec_floats += align_up(st.elements, 64);
     }
   }
-  L.slot_bytes += L.rec_floats * 4;
+  if (plan.draft_tokens < 0) throw RuntimeError(fmt::format("plan: draft_tokens {}", plan.draft_tokens));
+  L.kept_floats = plan.draft_tokens * L.rec_floats;
+  L.slot_bytes += (L.rec_floats + L.kept_floats) * 4;
   L.slots = plan.max_sequences;
   return L;
 }

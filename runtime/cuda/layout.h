@@ -42,6 +42,9 @@ struct DeviceLayout {
   std::vector<int64_t> state_offset;    // floats, per graph state (-1 for caches)
   std::vector<int64_t> cache_halves;    // per graph state: a cache's bytes / 2, rounded up (0 for recurrent states)
   int64_t rec_floats = 0;
+  // Speculative decoding (plan draft_tokens > 0): per slot, draft_tokens whole copies of the recurrent states that a
+  // verify step keeps for a rollback (the memory pass's draft_rollback_bytes); 0 otherwise.
+  int64_t kept_floats = 0;
   int64_t slot_bytes = 0;
   int64_t slots = 0;
   int64_t total() const { return weight_bytes + arena_bytes + io_bytes + sampling_bytes + slot_bytes * slots; }

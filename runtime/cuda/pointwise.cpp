@@ -45,7 +45,7 @@ void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up
 }
 
 void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,
-                            float* state, float* out, StreamHandle s) {
+                            float* state, float* out, StreamHandle s, float* kept, int64_t keep, int64_t kept_stride) {
   require_kernel(k, "conv1d_silu_f32");
   require_aligned(x, 4, k, "x");
   require_aligned(w, 4, k, "w");
@@ -54,8 +54,27 @@ void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, in
   require_positive(T, INT_MAX, k, "T");
   require_positive(C, INT_MAX, k, "C");
   if (x == out) throw KernelError(fmt::format("{}: out must not alias x", k.variant.name));
+  if (keep < 0 || keep >= T || (keep > 0 && (!kept || kept_stride < (k.variant.param("k") - 1) * C)))
+    throw KernelError(fmt::format("{}: keeping {} of {} windows (stride {} floats, {} per window)", k.variant.name, keep,
+                                  T, kept_stride, (k.variant.param("k") - 1) * C));
+  if (keep > 0) require_aligned(kept, 4, k, "kept");
+  float* kept_arg = keep > 0 ? kept : nullptr;
   k.kernel.launch(Dim3(grid_for(C, k.variant.threads(), k)), Dim3((unsigned)k.variant.threads()), 0, s, x, (int)T,
-                  (int)C, w, state, out);
+                  (int)C, w, state, out, kept_arg, (int)keep, (long long)kept_stride);
+}
+
+void launch_concat_f32(const LoadedKernel& k, const float* a, int64_t wa, const float* b, int64_t wb, int64_t n,
+                       float* out, StreamHandle s) {
+  require_kernel(k, "concat_f32");
+  require_aligned(a, 4, k, "a");
+  require_aligned(b, 4, k, "b");
+  require_aligned(out, 4, k, "out");
+  require_positive(wa, INT_MAX, k, "wa");
+  require_positive(wb, INT_MAX, k, "wb");
+  require_positive(n, INT_MAX, k, "n");
+  if (out == a || out == b) throw KernelError(fmt::format("{}: out must not alias a or b", k.variant.name));
+  k.kernel.launch(Dim3(stride_grid(n * (wa + wb), k)), Dim3((unsigned)k.variant.threads()), 0, s, a, (int)wa, b,
+                  (int)wb, (int)n, out);
 }
 
 void launch_head_rmsnorm_f32(const LoadedKernel& k, const float* x, int64_t row_stride, int64_t head_stride,

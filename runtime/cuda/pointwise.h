@@ -15,9 +15,14 @@ void launch_add_f32(const LoadedKernel& k, const float* a, const float* b, float
 // out = silu(gate) * up over n values (n % 4 == 0, 16-byte aligned; out may equal gate or up).
 void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up, float* out, int64_t n,
                        StreamHandle s);
-// cpu::conv1d_causal_silu: x/out [T][C], w [C][K], state [K-1][C] (variant.k == K).
+// cpu::conv1d_causal_silu: x/out [T][C], w [C][K], state [K-1][C] (variant.k == K). A verify step of speculative
+// decoding also keeps the window after each of its first `keep` tokens (keep < T) at kept + t * kept_stride floats.
 void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,
-                            float* state, float* out, StreamHandle s);
+                            float* state, float* out, StreamHandle s, float* kept = nullptr, int64_t keep = 0,
+                            int64_t kept_stride = 0);
+// cpu::concat_rows: out [n][wa + wb] = [a [n][wa] ; b [n][wb]] (out aliases neither).
+void launch_concat_f32(const LoadedKernel& k, const float* a, int64_t wa, const float* b, int64_t wb, int64_t n,
+                       float* out, StreamHandle s);
 // cpu::head_rmsnorm (variant.d == head dim).
 void launch_head_rmsnorm_f32(const LoadedKernel& k, const float* x, int64_t row_stride, int64_t head_stride,
                              int64_t head_offset, const float* w, int64_t T, int64_t heads, float eps, float* out,

@@ -102,7 +102,12 @@ TEST_CASE("drafting is refused by name where it is not implemented, and off by d
   compiler::CompileOptions dflt;
   dflt.context_length = 512;
   const auto h200 = compiler::Rig::load(kRigs + "h200.toml");
-  CHECK_THROWS_WITH(compiler::compile(f, h200, forced), Catch::Contains("not implemented on the CUDA backend"));
+  for (int64_t k : {1, 2, 4}) {  // the CUDA backend has the verify step and its rollback, not the MTP head
+    compiler::CompileOptions o = forced;
+    o.draft_tokens = k;
+    CHECK_THROWS_WITH(compiler::compile(f, h200, o),
+                      Catch::Contains("not implemented on the CUDA backend") && Catch::Contains("not the MTP draft head"));
+  }
   const ir::Plan cuda = compiler::compile(f, h200, dflt);
   CHECK(cuda.draft_tokens == 0);
   CHECK(has_note(cuda, "draft: off: speculative decoding is not implemented on the CUDA backend"));
