@@ -122,7 +122,7 @@ class BackendModel final : public BenchModel {
 class CudaModel final : public BenchModel {
  public:
   CudaModel(const ir::Plan& plan, bool graphs)
-      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, {}, graphs, {}}) {}
+      : ex_(plan, runtime::open_plan_model(plan), runtime::CudaOptions{0, {}, graphs, {}, {}}) {}
   void reset() override { ex_.reset(0); }
   void reset_slot(int slot) override { ex_.reset(slot); }
   std::vector<int32_t> run_many(const std::vector<runtime::StepInput>& inputs) override {
