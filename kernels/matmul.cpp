@@ -83,20 +83,9 @@ std::vector<TemplateInfo> matmul_templates() {
         planes_param(),
         {"c", "QRIG_COLS", 1, 16, 1, "activation rows (tokens) per launch, at most (a power of two)"},
         {"r", "QRIG_ROWS", 1, 4, 1, "weight rows per warp (a power of two)"},
-        {"u", "QRIG_UNROLL", 1, 8, 1, "units of each row per lane whose loads are issued before any is decoded"},
         threads_param()},
        "GEMV / few-row GEMM of the GGUF block types other than Q8_0 (repacked quant and scale bytes), units of "
        "32 weights decoded to int8 codes, dp4a, scales and offsets per 16 values, f32 out"},
-      {"gemm_wq_dp4a_tiled", "gemm_wq_dp4a_tiled.cu",
-       {{"w", "QRIG_WTYPE", 2, 23, 1, "weight type (ggml type id: 2 Q4_0 .. 14 Q6_K, 20 IQ4_NL, 23 IQ4_XS)"},
-        planes_param(),
-        {"bn", "QRIG_BN", 32, 256, 32, "weight rows per CTA"},
-        {"bt", "QRIG_BT", 16, 256, 16, "tokens (activation rows) per CTA"},
-        {"tn", "QRIG_TN", 4, 8, 4, "weight rows per thread"},
-        {"tt", "QRIG_TT", 4, 8, 4, "tokens per thread"},
-        threads_param()},
-       "prefill GEMM of the GGUF block types other than Q8_0: each 128-value stage of a weight tile decoded once "
-       "into int8 codes and per-16 scales/offsets in shared memory, K-interleaved tiles, dp4a, f32 out"},
   };
 }
 
@@ -293,7 +282,7 @@ int64_t wq_type_of_format(const std::string& format) {
   return -1;
 }
 
-Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, int64_t rows_per_warp, int64_t unroll,
+Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, int64_t rows_per_warp,
                                int64_t threads) {
   auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
   if (!wq_dp4a_type(ggml_type))
@@ -301,114 +290,30 @@ Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, 
   if (!pow2(cols) || !pow2(rows_per_warp) || cols * rows_per_warp > 32)
     throw KernelError(fmt::format("gemm_wq_dp4a_skinny: {} tokens and {} rows per warp must be powers of two with "
                                   "at most 32 sums per lane", cols, rows_per_warp));
-  return make_variant("gemm_wq_dp4a_skinny", {{"w", ggml_type},
-                                              {"p", planes},
-                                              {"c", cols},
-                                              {"r", rows_per_warp},
-                                              {"u", unroll},
-                                              {"t", threads}});
+  return make_variant("gemm_wq_dp4a_skinny",
+                      {{"w", ggml_type}, {"p", planes}, {"c", cols}, {"r", rows_per_warp}, {"t", threads}});
 }
-
-std::vector<Variant> gemm_wq_gemv_sweep(int64_t ggml_type) {
-  std::vector<Variant> out;
-  for (const auto& [r, u] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 2}, {1, 4}, {1, 8}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}})
-    out.push_back(gemm_wq_skinny_variant(ggml_type, 2, 1, r, u, 128));
-  return out;
-}
-
-// Mirrors the template: [32][bn+4] codes, per plane [32][bt+4] tokens, [8][bn] scales, [4][bt] activation
-// scales, and with offsets [8][bn] offsets and [8][bt] zx, in 4-byte words.
-int64_t gemm_wq_tiled_smem_bytes(int64_t ggml_type, int64_t planes, int64_t bn, int64_t bt) {
-  const WqType* t = wq_type(ggml_type);
-  const bool has_min = t && (t->id == 3 || t->id == 7 || t->id == 10 || t->id == 12 || t->id == 13);
-  return 4 * (32 * (bn + 4) + planes * 32 * (bt + 4) + 8 * bn + 4 * bt + (has_min ? 8 * bn + 8 * bt : 0));
-}
-
-Variant gemm_wq_tiled_variant(int64_t ggml_type, int64_t planes, int64_t bn, int64_t bt, int64_t tn, int64_t tt) {
-  if (!wq_dp4a_type(ggml_type))
-    throw KernelError(fmt::format("gemm_wq_dp4a_tiled: weight type {} has no dp4a decode", ggml_type));
-  if (tn <= 0 || tt <= 0 || bn % (8 * tn) != 0 || bt % (4 * tt) != 0)
-    throw KernelError(fmt::format("gemm_wq_dp4a_tiled: a {} x {} CTA tile is not whole warp tiles of {} x {}", bn, bt,
-                                  8 * tn, 4 * tt));
-  const int64_t smem = gemm_wq_tiled_smem_bytes(ggml_type, planes, bn, bt);
-  if (smem > kTiledSmemLimit)
-    throw KernelError(fmt::format("gemm_wq_dp4a_tiled: a {} x {} tile with {} plane(s) needs {} bytes of shared "
-                                  "memory (at most {})", bn, bt, planes, smem, kTiledSmemLimit));
-  return make_variant("gemm_wq_dp4a_tiled", {{"w", ggml_type},
-                                             {"p", planes},
-                                             {"bn", bn},
-                                             {"bt", bt},
-                                             {"tn", tn},
-                                             {"tt", tt},
-                                             {"t", (bn / tn) * (bt / tt)}});
-}
-
-namespace {
-
-// The block-type kernel for exactly T rows, and why.
-std::pair<Variant, std::string> choose_one_wq(const WqType& wt, int64_t k, int64_t n, int64_t T, int sms,
-                                              int64_t planes, const MatmulTuning& tun) {
-  const int64_t type = wt.id;
-  if (T == 1) {
-    const WqGemvTiling& g = tun.wq_gemv_for(type);
-    return {gemm_wq_skinny_variant(type, planes, 1, g.rows_per_warp, g.unroll, g.threads),
-            fmt::format("one row: the {} GEMV reads every weight once, {} rows per warp, the loads of {} units per "
-                        "lane in flight (tuning: {})", wt.format, g.rows_per_warp, g.unroll,
-                        g.type == type ? "this type's entry" : "the default entry")};
-  }
-  if (T <= tun.wq_skinny_max_rows) {
-    int64_t c = 2;
-    while (c < T) c *= 2;
-    for (const SkinnyTiling& s : tun.wq_skinny)
-      if (c <= s.max_rows)
-        return {gemm_wq_skinny_variant(type, planes, s.max_rows, s.rows_per_warp, s.unroll, s.threads),
-                fmt::format("{} rows or fewer: the {} skinny GEMM reads every weight once for all rows", s.max_rows,
-                            wt.format)};
-    throw KernelError(fmt::format("matmul_{}: the tuning has no skinny tiling for {} rows", wt.format, T));
-  }
-  const SkinnyTiling* widest = tun.wq_skinny.empty() ? nullptr : &tun.wq_skinny.back();
-  if (k % 128 != 0 || tun.wq_tiled[planes - 1].empty()) {
-    if (!widest) throw KernelError(fmt::format("matmul_{}: the tuning has no skinny tiling", wt.format));
-    return {gemm_wq_skinny_variant(type, planes, widest->max_rows, widest->rows_per_warp, widest->unroll,
-                                   widest->threads),
-            fmt::format("the {} skinny GEMM on tiles of {} rows (the tiled GEMM takes rows of a multiple of 128 "
-                        "values; the weights are read once per {} rows)", wt.format, widest->max_rows,
-                        widest->max_rows)};
-  }
-  const GemmTiling* best = nullptr;
-  double best_time = 0;
-  for (const GemmTiling& t : tun.wq_tiled[planes - 1]) {
-    if (gemm_wq_tiled_smem_bytes(type, planes, t.bn, t.bt) > kTiledSmemLimit) continue;
-    const double time = modelled_time(t, n, T, sms, planes, tun.partial_exponent);
-    if (!best || time < best_time) best = &t, best_time = time;
-  }
-  if (!best) throw KernelError(fmt::format("matmul_{}: no tiling of the tiled GEMM fits", wt.format));
-  return {gemm_wq_tiled_variant(type, planes, best->bn, best->bt, best->tn, best->tt),
-          fmt::format("more than {} rows: the {} tiled GEMM decodes each weight tile once per {} tokens; least "
-                      "modelled time at {} rows on {} SMs: {}x{} (thread tile {}x{}, {} CTAs/SM at an estimated "
-                      "{:.0f}% of peak)", tun.wq_skinny_max_rows, wt.format, best->bt, T, sms, best->bn, best->bt,
-                      best->tn, best->tt, best->ctas_per_sm, best->eff * 100)};
-}
-
-}  // namespace
 
 std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t n, int64_t min_rows, int64_t max_rows,
-                                          int64_t planes, int sms, const MatmulTuning& t) {
+                                          int64_t planes) {
   const WqType* wt = wq_type(ggml_type);
   if (!wt) throw KernelError(fmt::format("matmul: weight type {} has no dp4a kernels", ggml_type));
-  if (k <= 0 || k % wt->layout.block_values != 0 || n <= 0 || planes < 1 || planes > 2 || sms <= 0)
+  if (k <= 0 || k % wt->layout.block_values != 0 || n <= 0 || planes < 1 || planes > 2)
     throw KernelError(fmt::format("matmul_{}: no kernel for [{}] -> [{}] (rows must be whole {}-value blocks) with {} "
                                   "planes", wt->format, k, n, wt->layout.block_values, planes));
   if (min_rows < 1 || max_rows < min_rows) throw KernelError(fmt::format("matmul_{}: rows {}..{}", wt->format, min_rows, max_rows));
   std::vector<KernelRange> out;
-  for (int64_t T = min_rows; T <= max_rows; ++T) {
-    auto [v, why] = choose_one_wq(*wt, k, n, T, sms, planes, t);
-    if (!out.empty() && out.back().parts[0][0] == v) {
-      out.back().last = T;
-      continue;
-    }
-    out.push_back({T, T, {{std::move(v)}}, std::move(why)});
+  for (int64_t c = 1, lo = 1; lo <= max_rows; lo = c + 1, c *= 2) {
+    const int64_t hi = c >= 16 ? max_rows : c;
+    if (hi < min_rows) continue;
+    const int64_t r = c <= 4 ? 2 : 1;
+    std::string why = c == 1 ? fmt::format("one row: the {} GEMV reads every weight once", wt->format)
+                      : c < 16 ? fmt::format("{} rows or fewer: the {} skinny GEMM reads every weight once for all rows",
+                                             c, wt->format)
+                               : fmt::format("the {} skinny GEMM on tiles of 16 rows (no tiled GEMM for {} yet: the "
+                                             "weights are read once per 16 rows)", wt->format, wt->format);
+    out.push_back({std::max(lo, min_rows), hi, {{gemm_wq_skinny_variant(ggml_type, planes, c, r)}}, std::move(why)});
+    if (c >= 16) break;
   }
   return out;
 }

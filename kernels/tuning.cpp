@@ -13,12 +13,6 @@ int64_t AttentionTuning::resident_of(const std::string& key, bool decode) const 
   return decode ? fallback_decode : fallback_prefill;
 }
 
-const WqGemvTiling& MatmulTuning::wq_gemv_for(int64_t type) const {
-  for (const WqGemvTiling& t : wq_gemv)
-    if (t.type == type) return t;
-  return wq_gemv_default;
-}
-
 namespace {
 
 // The subset of tests/gpu/bench_gpu_gemm.cpp's swept tilings (one plane) whose modelled choice came within 1%
@@ -65,26 +59,6 @@ Tuning default_tuning(int sm) {
   m.gemv_rows_per_warp = 1;
   m.gemv_unroll = 2;
   m.gemv_threads = 256;
-  // The block types (gemm_wq_dp4a_skinny, gemm_wq_dp4a_tiled). NOT YET MEASURED: chosen by reasoning, to be
-  // replaced by the H200 sweep of tests/gpu/test_gpu_wq.cpp ("[.bench][wq]": every type x r x u). Session 7's
-  // GEMV (r2, one unit per lane and step, 128 threads) was bound by load instructions and bytes in flight
-  // (21-63% of copy). Batching the loads of u units per lane puts r * u 16-byte weight loads in flight per lane
-  // (two-A types Q3_K, Q5_K, Q6_K: twice the bytes per unit), 4 KiB per warp at r2 u4 (Little's law wants ~22
-  // KiB per SM on an H200: six such warps), while the activation loads (through L1) stay shared by r rows; u
-  // is halved for the two-A types to keep the raw loads of a step (u * r * 12 words) near 100 registers.
-  m.wq_gemv_default = {0, 2, 4, 128};
-  m.wq_gemv = {{11, 2, 2, 128}, {13, 2, 2, 128}, {14, 2, 2, 128}};  // Q3_K, Q5_K, Q6_K: two A loads per unit
-  m.wq_skinny_max_rows = 16;
-  m.wq_skinny = {{2, 2, 2, 128}, {4, 2, 1, 128}, {8, 1, 2, 128}, {16, 1, 1, 128}};
-  // The tiled GEMM: the Q8_0 prefill tile (128 x 64, 8 x 4 per thread) and two smaller ones for short steps.
-  // CTAs per SM from their registers under NVRTC 13 for sm_90 (__launch_bounds__(t, 1), so ptxas does not cap
-  // them at 128 and spill): 128 x 64 takes 130-157 (p2: 180-207), one 8-warp CTA; 128 x 32 96-125 (p2:
-  // 128-151), two (p2: one); 64 x 32 96-127 (p2: 126-151), four (p2: three). Efficiencies are estimates
-  // (fraction of the dp4a peak, for choosing among these tilings only): the Q8_0 measurements less the decode
-  // of each tile (~15% of a thread's instructions at 128 x 64), the second barrier per stage, and the extra
-  // scale FFMAs (3 per 32 values and output with offsets, 4 for the per-16 types, against Q8_0's 2).
-  m.wq_tiled[0] = {{128, 64, 8, 4, 1, 1, 1, 0.55}, {128, 32, 4, 4, 1, 1, 2, 0.48}, {64, 32, 4, 4, 1, 1, 4, 0.45}};
-  m.wq_tiled[1] = {{128, 64, 8, 4, 1, 1, 1, 0.50}, {128, 32, 4, 4, 1, 1, 1, 0.42}, {64, 32, 4, 4, 1, 1, 3, 0.42}};
   // Blocks per SM of the attention kernels. attn_decode is register-bound at two (its __launch_bounds__(128, 2):
   // 194-254 registers under NVRTC 13.0 and 11.8, allocated 256 per thread at most) on every architecture.
   // attn_prefill (168 registers, 64 KiB of dynamic shared memory) is bound by each architecture's shared memory per

@@ -1,31 +1,24 @@
 // Matmul of the GGUF weight types other than Q8_0 on the dp4a path, for up to C activation rows (C = 1: the
-// decode GEMV; more: batched decode and, tile after tile of C rows, prefill of shapes the tiled GEMM does not
-// take): y[t][o] = sum over the weights' units (qrig_wtypes.cuh) and their two 16-value halves h of
-// xd[t][.] * (d_h * dot(q_h, xq[t][.]) + m_h * sum(xq[t][.])), every integer sum exact, with the weights
-// repacked at load (runtime/cuda/wq_layout.h: quant bytes A, scale bytes B) and the activation quantized by
-// quant_act_q8 (int8 xq [T][k], f32 xd [T][k/32]). CPU reference: qrig::cpu::matmul on the dequantized weights
-// and the dequantized activation: fp32 rounding apart.
+// decode GEMV; more: batched decode and, tile after tile of C rows, prefill): y[t][o] = sum over the weights'
+// units (qrig_wtypes.cuh) and their two 16-value halves h of xd[t][.] * (d_h * dot(q_h, xq[t][.]) +
+// m_h * sum(xq[t][.])), every integer sum exact, with the weights repacked at load (runtime/cuda/wq_layout.h:
+// quant bytes A, scale bytes B) and the activation quantized by quant_act_q8 (int8 xq [T][k], f32 xd
+// [T][k/32]). CPU reference: qrig::cpu::matmul on the dequantized weights and the dequantized activation:
+// fp32 rounding apart.
 //
 // Each warp computes R consecutive weight rows for all n_tokens (<= C) tokens; lane l takes the units l,
 // l + 32, ... of the rows (a warp's 16-byte loads of a row's A bytes are contiguous: 512 bytes per row and
-// step for the 4- and 6-bit types). Per step a lane first issues the loads (wq_load: 16-byte quant loads, the
-// scale bytes as wide as B's alignment allows) of U units of each of the R rows, so U * R (two-A types: twice
-// that) 16-byte loads are in flight per lane before the first is used (decode is bound by bytes in flight:
-// KERNELS.md, Little's law), then decodes each (wq_unpack) and per token reads the two 16-byte pieces of the
-// activation the unit's halves meet (through L1: every warp reads the same activation) and their scales: 8
-// dp4a per (row, token), 8 more for the activation sums of types with offsets (once per token, shared by the R
-// rows), and with two activation planes (P = 2: x = xd * (xq + xq2/254)) the same again for the second plane.
-// Types whose unit is one 32-value block with one scale (WQ_SAME32: Q4_0..Q5_1, IQ4_NL, IQ4_XS) read one
-// activation scale and apply the weight scale once per unit. Per-lane sums are reduced by butterflies in a
-// fixed order (deterministic); lane 0 writes. Tokens past n_tokens and rows past n_rows are computed on
-// clamped ones and not written; units past the row's end are neither loaded nor added.
-// Variant: gemm_wq_dp4a_skinny_w<TYPE>_p<P>_c<C>_r<R>_u<U>_t<T> (TYPE: the ggml type id); C and R powers of
-// two. Grid: ceil(n_rows / (R * T/32)).
-// Arguments: wa, wb (the repacked weights; wb 16-byte aligned), xq, xd, xq2 (P = 2; else unused), y, k (a
-// multiple of the type's block), n_rows, n_tokens (1 <= n_tokens <= C).
-#ifndef QRIG_HOST_EMULATION  // tests/cuda/test_wq_emulate.cpp runs this file on host threads with its own helpers
+// step for the 4- and 6-bit types), decodes the unit of every row once, then per token reads the two
+// 16-byte pieces of the activation the unit's halves meet (through L1: every warp reads the same activation)
+// and their scales: 8 dp4a per (row, token), 8 more for the activation sums of types with offsets (once per
+// token, shared by the R rows), and with two activation planes (P = 2: x = xd * (xq + xq2/254)) the same
+// again for the second plane. Per-lane sums are reduced by butterflies in a fixed order (deterministic); lane
+// 0 writes. Tokens past n_tokens and rows past n_rows are computed on clamped ones and not written.
+// Variant: gemm_wq_dp4a_skinny_w<TYPE>_p<P>_c<C>_r<R>_t<T> (TYPE: the ggml type id); C and R powers of two.
+// Grid: ceil(n_rows / (R * T/32)).
+// Arguments: wa, wb (the repacked weights), xq, xd, xq2 (P = 2; else unused), y, k (a multiple of the
+// type's block), n_rows, n_tokens (1 <= n_tokens <= C).
 #include "qrig_common.cuh"
-#endif
 #include "qrig_wtypes.cuh"
 
 static_assert(QRIG_WTYPE == WQ_TYPE_ID, "the weight type (QRIG_WTYPE) selects the decode of qrig_wtypes.cuh");
@@ -37,13 +30,12 @@ static_assert(QRIG_ROWS >= 1 && QRIG_ROWS <= 4 && (QRIG_ROWS & (QRIG_ROWS - 1)) 
 static_assert(QRIG_COLS * QRIG_ROWS <= 32, "gemm_wq_dp4a_skinny: C * R sums per lane at most 32 (registers)");
 static_assert(QRIG_THREADS % 32 == 0 && QRIG_THREADS <= 1024, "gemm_wq_dp4a_skinny: bad block size");
 static_assert(QRIG_PLANES == 1 || QRIG_PLANES == 2, "gemm_wq_dp4a_skinny: 1 or 2 activation planes");
-static_assert(QRIG_UNROLL >= 1 && QRIG_UNROLL <= 8, "gemm_wq_dp4a_skinny: U in 1..8");
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 1)
 gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* __restrict__ wb,
                     const signed char* __restrict__ xq, const float* __restrict__ xd,
                     const signed char* __restrict__ xq2, float* __restrict__ y, int k, int n_rows, int n_tokens) {
-  constexpr int C = QRIG_COLS, R = QRIG_ROWS, U = QRIG_UNROLL, T = QRIG_THREADS, P = QRIG_PLANES;
+  constexpr int C = QRIG_COLS, R = QRIG_ROWS, T = QRIG_THREADS, P = QRIG_PLANES;
   constexpr int WARPS = T / 32;
   constexpr float INV254 = 1.0f / 254.0f;  // the second plane's step, relative to xd
   const int NBLK = k / WQ_BLOCK;           // weight blocks per row
@@ -69,18 +61,6 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
     return qrig_small_int_to_float(
         qrig_dot4(q[3], a.w, qrig_dot4(q[2], a.z, qrig_dot4(q[1], a.y, qrig_dot4(q[0], a.x, 0)))));
   };
-  // The same over a whole unit (the 32 codes against 32 activation bytes: |sum| < 2^22, exact).
-  auto dot8 = [](const int* q, const int4 a, const int4 b) {
-    int s = qrig_dot4(q[3], a.w, qrig_dot4(q[2], a.z, qrig_dot4(q[1], a.y, qrig_dot4(q[0], a.x, 0))));
-    s = qrig_dot4(q[7], b.w, qrig_dot4(q[6], b.z, qrig_dot4(q[5], b.y, qrig_dot4(q[4], b.x, s))));
-    return qrig_small_int_to_float(s);
-  };
-  auto bytesum8 = [](const int4 a, const int4 b) {
-    const int one = 0x01010101;
-    int s = qrig_dot4(one, a.w, qrig_dot4(one, a.z, qrig_dot4(one, a.y, qrig_dot4(one, a.x, 0))));
-    s = qrig_dot4(one, b.w, qrig_dot4(one, b.z, qrig_dot4(one, b.y, qrig_dot4(one, b.x, s))));
-    return qrig_small_int_to_float(s);
-  };
   auto bytesum = [](const int4 a) {
     const int one = 0x01010101;
     return qrig_small_int_to_float(
@@ -88,87 +68,64 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
   };
 
 #pragma unroll 1
-  for (int g0 = lane; g0 < NU; g0 += 32 * U) {
-    // The loads of U units of every row first (16-byte aligned A, B as wide as it allows), then their use.
-    WqRaw raw[U][R];
+  for (int g = lane; g < NU; g += 32) {
+    // L2 prefetch of the rows' bytes PD steps ahead: the loads of a step depend on nothing but g, yet a lane
+    // issues one step's loads at a time (the decode needs them all); prefetches hold no registers and keep
+    // ~PD x 512 bytes per row and warp on their way from DRAM.
+    constexpr int PD = 4;
+    if (g + 32 * PD < NU) {
+      const int gp = g + 32 * PD;
 #pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const int g = g0 + 32 * j;
-      if (g < NU) {
-        const int blk = g / WQ_UNITS, u = g % WQ_UNITS;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          wq_load(arow[r] + (size_t)blk * WQ_ABYTES, brow[r] + (size_t)blk * WQ_BBYTES, u, raw[j][r]);
+      for (int r = 0; r < R; ++r) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(arow[r] + (size_t)gp * WQ_ABYTES / WQ_UNITS));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(brow[r] + (size_t)(gp / WQ_UNITS) * WQ_BBYTES));
       }
     }
+    const int blk = g / WQ_UNITS, u = g % WQ_UNITS;
+    WqUnit w[R];
 #pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const int g = g0 + 32 * j;
-      if (g >= NU) break;
-      const int blk = g / WQ_UNITS, u = g % WQ_UNITS;
-      WqUnit w[R];
+    for (int r = 0; r < R; ++r) wq_decode(arow[r] + (size_t)blk * WQ_ABYTES, brow[r] + (size_t)blk * WQ_BBYTES, u, w[r]);
+    const int v0 = blk * WQ_BLOCK + w[0].o0, v1 = blk * WQ_BLOCK + w[0].o1;  // the halves' activation values
 #pragma unroll
-      for (int r = 0; r < R; ++r) wq_unpack(raw[j][r], u, w[r]);
-      const int v0 = blk * WQ_BLOCK + w[0].o0, v1 = blk * WQ_BLOCK + w[0].o1;  // the halves' activation values
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        // 32-bit offsets (the launcher bounds n_tokens * k): per-token 64-bit pointers, hoisted out of the
-        // loop by the compiler, would hold 4 registers per token and plane.
-        const int t = min(c, n_tokens - 1);
-        const int e0 = t * k + v0, e1 = t * k + v1;
-        const int4 a0 = __ldg(reinterpret_cast<const int4*>(xq + e0));
-        const int4 a1 = __ldg(reinterpret_cast<const int4*>(xq + e1));
-        int4 b0, b1;
-        if constexpr (P == 2) {
-          b0 = __ldg(reinterpret_cast<const int4*>(xq2 + e0));
-          b1 = __ldg(reinterpret_cast<const int4*>(xq2 + e1));
-        }
-        if constexpr (WQ_SAME32) {
-          // One 32-value block: one activation scale, one weight scale and offset for the unit.
-          const float x0 = __ldg(xd + (e0 >> 5));
-          float z0 = 0.0f;
-          if constexpr (WQ_HAS_MIN) {
-            z0 = bytesum8(a0, a1);
-            if constexpr (P == 2) z0 = fmaf(bytesum8(b0, b1), INV254, z0);
-          }
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float s0 = dot8(w[r].q, a0, a1);
-            if constexpr (P == 2) s0 = fmaf(dot8(w[r].q, b0, b1), INV254, s0);
-            float h0 = s0 * w[r].d0;
-            if constexpr (WQ_HAS_MIN) h0 = fmaf(z0, w[r].m0, h0);
-            acc[c * R + r] = fmaf(h0, x0, acc[c * R + r]);
-          }
-        } else {
-          const float x0 = __ldg(xd + (e0 >> 5)), x1 = __ldg(xd + (e1 >> 5));
-          float z0 = 0.0f, z1 = 0.0f;
-          if constexpr (WQ_HAS_MIN) {
-            z0 = bytesum(a0);
-            z1 = bytesum(a1);
-            if constexpr (P == 2) {
-              z0 = fmaf(bytesum(b0), INV254, z0);
-              z1 = fmaf(bytesum(b1), INV254, z1);
-            }
-          }
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float s0 = dot(w[r].q, a0), s1 = dot(w[r].q + 4, a1);
-            if constexpr (P == 2) {
-              s0 = fmaf(dot(w[r].q, b0), INV254, s0);
-              s1 = fmaf(dot(w[r].q + 4, b1), INV254, s1);
-            }
-            float h0 = s0 * w[r].d0, h1 = s1 * w[r].d1;
-            if constexpr (WQ_HAS_MIN) {
-              h0 = fmaf(z0, w[r].m0, h0);
-              h1 = fmaf(z1, w[r].m1, h1);
-            }
-            acc[c * R + r] = fmaf(h1, x1, fmaf(h0, x0, acc[c * R + r]));
-          }
-        }
-        // A compiler fence every 4 tokens: otherwise every token's activation loads are hoisted to the top
-        // (16 tokens x 4 int4 with two planes: spills), while 4 tokens' loads in flight cover the L1 latency.
-        if (c % 4 == 3) asm volatile("" ::: "memory");
+    for (int c = 0; c < C; ++c) {
+      // 32-bit offsets (the launcher bounds n_tokens * k): per-token 64-bit pointers, hoisted out of the
+      // loop by the compiler, would hold 4 registers per token and plane.
+      const int t = min(c, n_tokens - 1);
+      const int e0 = t * k + v0, e1 = t * k + v1;
+      const int4 a0 = __ldg(reinterpret_cast<const int4*>(xq + e0));
+      const int4 a1 = __ldg(reinterpret_cast<const int4*>(xq + e1));
+      const float x0 = __ldg(xd + (e0 >> 5)), x1 = __ldg(xd + (e1 >> 5));
+      float z0 = 0.0f, z1 = 0.0f;
+      int4 b0, b1;
+      if constexpr (P == 2) {
+        b0 = __ldg(reinterpret_cast<const int4*>(xq2 + e0));
+        b1 = __ldg(reinterpret_cast<const int4*>(xq2 + e1));
       }
+      if constexpr (WQ_HAS_MIN) {
+        z0 = bytesum(a0);
+        z1 = bytesum(a1);
+        if constexpr (P == 2) {
+          z0 = fmaf(bytesum(b0), INV254, z0);
+          z1 = fmaf(bytesum(b1), INV254, z1);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float s0 = dot(w[r].q, a0), s1 = dot(w[r].q + 4, a1);
+        if constexpr (P == 2) {
+          s0 = fmaf(dot(w[r].q, b0), INV254, s0);
+          s1 = fmaf(dot(w[r].q + 4, b1), INV254, s1);
+        }
+        float h0 = s0 * w[r].d0, h1 = s1 * w[r].d1;
+        if constexpr (WQ_HAS_MIN) {
+          h0 = fmaf(z0, w[r].m0, h0);
+          h1 = fmaf(z1, w[r].m1, h1);
+        }
+        acc[c * R + r] = fmaf(h1, x1, fmaf(h0, x0, acc[c * R + r]));
+      }
+      // A compiler fence every 4 tokens: otherwise every token's activation loads are hoisted to the top
+      // (16 tokens x 4 int4 with two planes: spills), while 4 tokens' loads in flight cover the L1 latency.
+      if (c % 4 == 3) asm volatile("" ::: "memory");
     }
   }
 
