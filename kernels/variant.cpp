@@ -72,9 +72,9 @@ Variant make_variant(std::string_view kernel, const std::vector<std::pair<std::s
     v.params.emplace_back(p.key, x);
     v.name += fmt::format("_{}{}", p.key, x);
   }
-  for (const auto& [k, x] : params)
-    if (std::none_of(t->params.begin(), t->params.end(), [&](const TemplateParam& p) { return k == p.key; }))
-      throw KernelError(fmt::format("kernel {} has no parameter '{}'", kernel, k));
+  for (const auto& given : params)  // not a structured binding: clang before 16 cannot capture one in a lambda
+    if (std::none_of(t->params.begin(), t->params.end(), [&](const TemplateParam& p) { return given.first == p.key; }))
+      throw KernelError(fmt::format("kernel {} has no parameter '{}'", kernel, given.first));
   if (params.size() != t->params.size())
     throw KernelError(fmt::format("kernel {}: a parameter is given more than once", kernel));
   return v;

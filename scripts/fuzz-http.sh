@@ -45,5 +45,5 @@ printf 'GET http://x/v1/models?x=%%41 HTTP/1.1\r\nHost: x\r\nContent-Encoding: g
 
 echo "fuzz-http: ${secs}s, seeds in $seeds, corpus in $corpus"
 cd "$build"
-exec ./fuzz_http "$corpus" "$seeds" -max_total_time="$secs" -max_len=16384 -timeout=15 -rss_limit_mb=4096 \
+exec ./fuzz_http "$corpus" "$seeds" -max_total_time="$secs" -max_len=16384 -timeout=60 -rss_limit_mb=4096 \
   -print_final_stats=1 -artifact_prefix="$artifacts/" "$@"

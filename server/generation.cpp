@@ -45,7 +45,9 @@ void submit_or_throw(const std::string& prompt_param, Submit&& submit) {
                              "holds {} (prompt plus at least one generated token); shorten the prompt",
                              e.n_prompt, e.n_ctx),
                  prompt_param);
-    err.extra = {{"n_prompt_tokens", e.n_prompt}, {"n_ctx", e.n_ctx}};
+    // Typed, not a bare braced list: inside a template clang before 17 skips the destructor of the by-value
+    // operator= argument (llvm-project#51037), so the object replaced leaked (fuzz_http's first finding).
+    err.extra = nlohmann::json{{"n_prompt_tokens", e.n_prompt}, {"n_ctx", e.n_ctx}};
     throw err;
   } catch (const runtime::QueueFull& e) {
     throw ApiError(ErrorKind::queue_full, std::string("the server is busy: ") + e.what() + "; retry later");

@@ -90,7 +90,7 @@ std::shared_ptr<const Lexer> string_lexer(const ByteDfa& value, StringLexerMode 
           if (v2 != ByteDfa::kNone) to = id_of(v2, Plain, m2);
         }
       } else {
-        auto decoded = [&](uint8_t d) {
+        auto decoded = [&, v = v](uint8_t d) {  // v by init-capture: clang before 16 cannot capture a binding
           const int32_t v2 = value.step(v, d);
           return v2 == ByteDfa::kNone ? int64_t{-1} : int64_t{id_of(v2, Plain, m2)};
         };

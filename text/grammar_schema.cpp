@@ -330,7 +330,7 @@ json SchemaChecker::merge(json a, const json& b0) {
     }
     json& x = a[k];
     if (x == v || is_annotation(k)) continue;
-    auto number = [&](bool larger) {
+    auto number = [&, &k = k, &v = v](bool larger) {  // the bindings by init-capture: clang before 16
       if (!x.is_number() || !v.is_number()) throw GrammarError(k + " must be a number");
       if ((v.get<double>() > x.get<double>()) == larger) x = v;
     };
