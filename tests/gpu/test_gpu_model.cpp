@@ -485,9 +485,14 @@ LayerRun run_layers(runtime::CudaExecutor* ex, const runtime::CpuExecutor* cpu, 
 // flipped: ~0.6 at p = 3%), and both propagate through the later layers alike. The one-plane default plan measured
 // 3.6e-2 against 7.8e-2 at the logits (ratio 0.46, H200, 2026-11-30). On this fixture q is 8.5e-5 after layer 0
 // (hidden.1), 1.5e-4 to 3.3e-4 after the later layers and 3.1e-4 (prefill) / 4.1e-4 (decode) at the logits (the CPU
-// runs of this test, 2026-12-02): the thresholds are those, 20x to 200x below the default plan's 6e-2. A kernel bug
-// adds errors far above the quantization's own (the broken-kernel cases: 1e-2 to 1). The first tap over its
+// runs of this test, 2026-12-02). The first H200 run (session 8, bench/RESULTS.md) measured the GPU's distance at
+// 0.48 to 1.32 of q(L) over the 18 taps of both modes (hidden.7 in prefill 1.01, the output norm after decode
+// 1.32): the flips matter about as much as the quantization itself, so the threshold is 2 q(L) (kLayerQ), still
+// 10x to 100x below the default plan's 6e-2. A kernel bug adds errors far above the quantization's own (the
+// broken-kernel cases: 1e-2 to 1; the broken attn_prefill's layer 0.29 against 2.4e-4). The first tap over its
 // threshold is reported.
+constexpr double kLayerQ = 2.0;  // the thresholds' multiple of q(L), from the first GPU run (above)
+
 TEST_CASE("the precise CUDA plan matches its CPU emulation layer by layer (tiny)", "[gpu][layers]") {
   const ir::Plan plan = tiny_plan("", 1 << 20, 1);
   const ir::Plan emu_plan = tiny_plan("cpu", 1 << 20, 1, "dp4a-emulated");
@@ -535,10 +540,10 @@ TEST_CASE("the precise CUDA plan matches its CPU emulation layer by layer (tiny)
         if (!exact && first_over.empty()) first_over = name;
         continue;
       }
-      check(name + (L == N ? " (output norm)" : ""), err, q, std::max(q, 1e-5));
+      check(name + (L == N ? " (output norm)" : ""), err, q, std::max(kLayerQ * q, 1e-5));
     }
     const double el = max_row_err(g.logits, e.logits, V), ql = max_row_err(e.logits, f.logits, V);
-    check("logits", el, ql, std::max(ql, 1e-5));
+    check("logits", el, ql, std::max(kLayerQ * ql, 1e-5));
     report_row(fmt::format("| model layers (tiny, cuda precise) | {} | first tap over its threshold | {} | | {} |", mode,
                            first_over.empty() ? "none" : first_over, first_over.empty() ? "ok" : "FAIL"));
   }
@@ -611,7 +616,7 @@ TEST_CASE("a deliberately broken attention kernel in the precise plan fails the 
     const std::string name = fmt::format("hidden.{}", L);
     const int64_t w = b.width.at(name);
     const double err = max_row_err(b.hidden.at(name), e.hidden.at(name), w);
-    const double threshold = std::max(max_row_err(e.hidden.at(name), f.hidden.at(name), w), 1e-5);
+    const double threshold = std::max(kLayerQ * max_row_err(e.hidden.at(name), f.hidden.at(name), w), 1e-5);
     if (L <= first_attention) {
       report("model layers (tiny, cuda precise, broken attn_prefill)", "prefill, all 4 sequences",
              name + " vs CPU emulation (before the bug's layer)", err, threshold);
