@@ -1,6 +1,7 @@
 # Sourced by the GPU batch scripts (wq.sh, kv.sh): finds the gpu-bundle built here (ninja -C build qrig_tests_gpu),
 # puts its libraries and the CUDA ones on LD_LIBRARY_PATH, points the kernel cache under /tmp and sets root,
-# bundle, qrig, tests, shared (QRIG_SHARED_DIR, default ../shared beside the checkout) and out ($OUT or ./gpu-out).
+# bundle, qrig, tests, shared (QRIG_SHARED_DIR, default ../shared beside the checkout) and out ($OUT or ./gpu-out);
+# sanitizer (compute-sanitizer, empty when not installed) and catch2_line LOG (a Catch2 log's result line).
 # $1: the sourcing script's name, for the error message.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=""
@@ -18,3 +19,6 @@ tests="$bundle/qrig_tests_gpu"
 shared=${QRIG_SHARED_DIR:-$root/../shared}
 export QRIG_SHARED_DIR=$shared
 out=${OUT:-$PWD/gpu-out}
+sanitizer=$(command -v compute-sanitizer || true)
+[[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
+catch2_line() { grep -E "All tests passed|test cases:" "$1" | tail -1 | sed 's/^ *//; s/ *| */, /g'; }

@@ -22,9 +22,6 @@ printf '| op | shape | measure | value | threshold | |\n|---|---|---|---|---|---
 status=0
 summary=()
 add() { summary+=("| $1 | $2 |"); }
-catch2_line() { grep -E "All tests passed|test cases:" "$1" | tail -1 | sed 's/^ *//; s/ *| */, /g'; }
-sanitizer=$(command -v compute-sanitizer || true)
-[[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
 
 # 1
 "$tests" "[draft]" >"$out/gpu_draft_tests.log" 2>&1

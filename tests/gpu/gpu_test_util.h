@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/rig.h"
 #include "gguf/gguf.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/cuda/device.h"
@@ -139,6 +140,29 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float mean = 0.0f, floa
 }
 
 // A device buffer whose every float is NaN (bytes 0xFF), so an element the kernel forgets shows up.
+// A device copy of v.
+inline DeviceBuffer<float> dev(const std::vector<float>& v, const char* what) {
+  DeviceBuffer<float> b(0, v.size(), what);
+  b.upload(v);
+  return b;
+}
+
+// A rig of this GPU alone: the device's name, SMs and memory, and as the arch its family (the device's, or
+// QRIG_GPU_TEST_FAMILY's, then run as PTX).
+inline compiler::Rig this_gpu_rig() {
+  Gpu& g = Gpu::get();
+  compiler::Rig rig;
+  rig.name = "this-gpu";
+  compiler::RigDevice d;
+  d.kind = "cuda";
+  d.name = g.info.name;
+  d.arch = fmt::format("sm_{}", g.family_sm);
+  d.sms = g.info.sms;
+  d.memory_gib = (double)g.info.total_bytes / (1 << 30);
+  rig.devices.push_back(d);
+  return rig;
+}
+
 inline DeviceBuffer<float> poisoned_device(size_t n, const std::string& what) {
   DeviceBuffer<float> b(0, n, what);
   b.fill_bytes(0xFF);

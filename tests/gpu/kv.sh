@@ -40,9 +40,6 @@ want() { [[ ",$steps," == *",$1,"* ]]; }
 status=0
 summary=()
 add() { summary+=("| $1 | $2 |"); }
-catch2_line() { grep -E "All tests passed|test cases:" "$1" | tail -1 | sed 's/^ *//; s/ *| */, /g'; }
-sanitizer=$(command -v compute-sanitizer || true)
-[[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
 
 if want 1; then
 "$tests" "[kv]~[long]~[long262k]~[bench]" >"$out/gpu_kv_tests.log" 2>&1

@@ -36,11 +36,6 @@ using namespace qrig::cuda::gputest;
 
 namespace {
 
-DeviceBuffer<float> dev(const std::vector<float>& v, const char* what) {
-  DeviceBuffer<float> b(0, v.size(), what);
-  b.upload(v);
-  return b;
-}
 
 // Whether every float of v[from, to) is still the NaN poison (bytes 0xFF).
 bool still_poisoned(const std::vector<float>& v, size_t from, size_t to) {
@@ -199,15 +194,7 @@ namespace {
 // `draft` tokens (see the top of this file).
 ir::Plan verify_plan(int64_t draft) {
   Gpu& g = Gpu::get();
-  compiler::Rig rig;
-  rig.name = "this-gpu";
-  compiler::RigDevice d;
-  d.kind = "cuda";
-  d.name = g.info.name;
-  d.arch = fmt::format("sm_{}", g.family_sm);
-  d.sms = g.info.sms;
-  d.memory_gib = (double)g.info.total_bytes / (1 << 30);
-  rig.devices.push_back(d);
+  compiler::Rig rig = this_gpu_rig();
   const gguf::File f = gguf::File::open(fixtures::shared_path("fixtures/tiny-mtp.gguf"));
   compiler::CompileOptions co;
   co.context_length = 1024;

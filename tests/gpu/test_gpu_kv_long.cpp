@@ -25,15 +25,7 @@ namespace {
 
 ir::Plan long_plan(const std::string& kv, int64_t ctx) {
   Gpu& g = Gpu::get();
-  compiler::Rig rig;
-  rig.name = "this-gpu";
-  compiler::RigDevice d;
-  d.kind = "cuda";
-  d.name = g.info.name;
-  d.arch = fmt::format("sm_{}", g.family_sm);
-  d.sms = g.info.sms;
-  d.memory_gib = (double)g.info.total_bytes / (1 << 30);
-  rig.devices.push_back(d);
+  compiler::Rig rig = this_gpu_rig();
   const gguf::File f = gguf::File::open(qrig::fixtures::shared_dir() + "/fixtures/tiny.gguf");
   compiler::CompileOptions co;
   co.context_length = ctx;

@@ -70,15 +70,7 @@ std::vector<RefSeq> reference() {
 ir::Plan tiny_plan(const std::string& backend, int64_t precise_rows = -1, int64_t slots = 2,
                    const std::string& family = "") {
   Gpu& g = Gpu::get();
-  compiler::Rig rig;
-  rig.name = "this-gpu";
-  compiler::RigDevice d;
-  d.kind = "cuda";
-  d.name = g.info.name;
-  d.arch = fmt::format("sm_{}", g.family_sm);  // the device's, or QRIG_GPU_TEST_FAMILY's (then as PTX)
-  d.sms = g.info.sms;
-  d.memory_gib = (double)g.info.total_bytes / (1 << 30);
-  rig.devices.push_back(d);
+  compiler::Rig rig = this_gpu_rig();
   const gguf::File f = gguf::File::open(kShared + "/fixtures/tiny.gguf");
   compiler::CompileOptions co;
   co.context_length = 2048;
@@ -376,15 +368,7 @@ TEST_CASE("a model with 6 GDN value heads runs on the GPU as its CPU emulation c
   const std::string path = (std::filesystem::temp_directory_path() / "qrig-gpu-odd-shapes.gguf").string();
   cli::synth_model(p, 7).write(path);
   Gpu& g = Gpu::get();
-  compiler::Rig rig;
-  rig.name = "this-gpu";
-  compiler::RigDevice d;
-  d.kind = "cuda";
-  d.name = g.info.name;
-  d.arch = fmt::format("sm_{}", g.family_sm);  // the device's, or QRIG_GPU_TEST_FAMILY's (then as PTX)
-  d.sms = g.info.sms;
-  d.memory_gib = (double)g.info.total_bytes / (1 << 30);
-  rig.devices.push_back(d);
+  compiler::Rig rig = this_gpu_rig();
   const gguf::File f = gguf::File::open(path);
   compiler::CompileOptions co;
   co.context_length = 512;

@@ -21,11 +21,6 @@ using namespace qrig::cuda::gputest;
 
 namespace {
 
-DeviceBuffer<float> dev(const std::vector<float>& v, const char* what) {
-  DeviceBuffer<float> b(0, v.size(), what);
-  b.upload(v);
-  return b;
-}
 
 std::vector<float> sync_download(const DeviceBuffer<float>& b, const std::string& what) {
   Gpu::get().stream.sync(what);
