@@ -86,6 +86,25 @@ std::vector<TemplateInfo> matmul_templates() {
         threads_param()},
        "GEMV / few-row GEMM of the GGUF block types other than Q8_0 (repacked quant and scale bytes), units of "
        "32 weights decoded to int8 codes, dp4a, scales and offsets per 16 values, f32 out"},
+      {"gemv_wq_dp4a", "gemv_wq_dp4a.cu",
+       {{"w", "QRIG_WTYPE", 2, 23, 1, "weight type (ggml type id: 2 Q4_0 .. 14 Q6_K, 20 IQ4_NL, 23 IQ4_XS)"},
+        planes_param(),
+        {"r", "QRIG_ROWS", 1, 4, 1, "weight rows per warp group"},
+        {"s", "QRIG_SPLIT", 1, 8, 1, "warps splitting each row's units (a power of two)"},
+        {"u", "QRIG_UNROLL", 1, 4, 1, "units of each row per lane whose loads are issued before any is decoded"},
+        threads_param()},
+       "decode GEMV of the GGUF block types other than Q8_0: each row's units split over s warps, the loads of u "
+       "units per lane in flight, decoded to int8 codes, dp4a, scales and offsets per 16 values, f32 out"},
+      {"gemm_wq_dp4a_tiled", "gemm_wq_dp4a_tiled.cu",
+       {{"w", "QRIG_WTYPE", 2, 23, 1, "weight type (ggml type id: 2 Q4_0 .. 14 Q6_K, 20 IQ4_NL, 23 IQ4_XS)"},
+        planes_param(),
+        {"bn", "QRIG_BN", 32, 256, 32, "weight rows per CTA"},
+        {"bt", "QRIG_BT", 16, 256, 16, "tokens (activation rows) per CTA"},
+        {"tn", "QRIG_TN", 4, 8, 4, "weight rows per thread"},
+        {"tt", "QRIG_TT", 4, 8, 4, "tokens per thread"},
+        threads_param()},
+       "prefill GEMM of the GGUF block types other than Q8_0: each 128-value stage of a weight tile decoded once "
+       "into int8 codes and per-16 scales/offsets in shared memory, K-interleaved tiles, dp4a, f32 out"},
   };
 }
 
@@ -294,26 +313,122 @@ Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, 
                       {{"w", ggml_type}, {"p", planes}, {"c", cols}, {"r", rows_per_warp}, {"t", threads}});
 }
 
+Variant gemv_wq_variant(int64_t ggml_type, int64_t planes, int64_t rows, int64_t split, int64_t unroll,
+                        int64_t threads) {
+  if (!wq_dp4a_type(ggml_type))
+    throw KernelError(fmt::format("gemv_wq_dp4a: weight type {} has no dp4a decode", ggml_type));
+  if (rows < 1 || rows > 4 || split < 1 || split > 8 || (split & (split - 1)) != 0 || unroll < 1 || unroll > 4 ||
+      threads % (32 * split) != 0 || threads > 1024)
+    throw KernelError(fmt::format("gemv_wq_dp4a: {} rows per group, {} warps per row, {} units in flight, {} threads",
+                                  rows, split, unroll, threads));
+  return make_variant("gemv_wq_dp4a", {{"w", ggml_type},
+                                       {"p", planes},
+                                       {"r", rows},
+                                       {"s", split},
+                                       {"u", unroll},
+                                       {"t", threads}});
+}
+
+std::vector<Variant> gemv_wq_sweep(int64_t ggml_type) {
+  struct Rsut {
+    int64_t r, s, u, t;
+  };
+  std::vector<Variant> out;
+  for (const Rsut& v : std::vector<Rsut>{{1, 1, 2, 128}, {2, 1, 1, 128}, {1, 2, 1, 128}, {1, 2, 2, 128},
+                                         {2, 2, 1, 128}, {1, 4, 1, 128}, {1, 4, 2, 128}, {2, 4, 1, 128},
+                                         {1, 4, 1, 256}, {2, 4, 2, 256}, {1, 8, 1, 256}, {1, 2, 4, 256}})
+    out.push_back(gemv_wq_variant(ggml_type, 2, v.r, v.s, v.u, v.t));
+  return out;
+}
+
+// Mirrors the template: [32][bn+4] codes, per plane [32][bt+4] tokens, [8][bn] scales, [4][bt] activation
+// scales, and with offsets [8][bn] offsets and [8][bt] zx, in 4-byte words.
+int64_t gemm_wq_tiled_smem_bytes(int64_t ggml_type, int64_t planes, int64_t bn, int64_t bt) {
+  const WqType* t = wq_type(ggml_type);
+  const bool has_min = t && (t->id == 3 || t->id == 7 || t->id == 10 || t->id == 12 || t->id == 13);
+  return 4 * (32 * (bn + 4) + planes * 32 * (bt + 4) + 8 * bn + 4 * bt + (has_min ? 8 * bn + 8 * bt : 0));
+}
+
+Variant gemm_wq_tiled_variant(int64_t ggml_type, int64_t planes, int64_t bn, int64_t bt, int64_t tn, int64_t tt) {
+  if (!wq_dp4a_type(ggml_type))
+    throw KernelError(fmt::format("gemm_wq_dp4a_tiled: weight type {} has no dp4a decode", ggml_type));
+  if (tn <= 0 || tt <= 0 || bn % (8 * tn) != 0 || bt % (4 * tt) != 0)
+    throw KernelError(fmt::format("gemm_wq_dp4a_tiled: a {} x {} CTA tile is not whole warp tiles of {} x {}", bn, bt,
+                                  8 * tn, 4 * tt));
+  const int64_t smem = gemm_wq_tiled_smem_bytes(ggml_type, planes, bn, bt);
+  if (smem > kTiledSmemLimit)
+    throw KernelError(fmt::format("gemm_wq_dp4a_tiled: a {} x {} tile with {} plane(s) needs {} bytes of shared "
+                                  "memory (at most {})", bn, bt, planes, smem, kTiledSmemLimit));
+  return make_variant("gemm_wq_dp4a_tiled", {{"w", ggml_type},
+                                             {"p", planes},
+                                             {"bn", bn},
+                                             {"bt", bt},
+                                             {"tn", tn},
+                                             {"tt", tt},
+                                             {"t", (bn / tn) * (bt / tt)}});
+}
+
+namespace {
+
+// The block-type kernel for exactly T rows, and why.
+std::pair<Variant, std::string> choose_one_wq(const WqType& wt, int64_t k, int64_t n, int64_t T, int sms,
+                                              int64_t planes, const MatmulTuning& tun) {
+  const int64_t type = wt.id;
+  // One row: the GEMV with the type's tuning entry. Up to wq_skinny_max_rows rows: the skinny kernel of the
+  // next power of two, 2 rows per warp up to 4 tokens, 1 beyond (session 7's tiling).
+  auto skinny = [&](int64_t c) { return gemm_wq_skinny_variant(type, planes, c, c <= 4 ? 2 : 1); };
+  if (T == 1) {
+    const WqGemvTiling& g = tun.wq_gemv_for(type);
+    return {gemv_wq_variant(type, planes, g.rows, g.split, g.unroll, g.threads),
+            fmt::format("one row: the {} GEMV, each row's units split over {} warps, {} rows per group, the loads "
+                        "of {} units per lane in flight (tuning: {})", wt.format, g.split, g.rows, g.unroll,
+                        g.type == type ? "this type's entry" : "the default entry")};
+  }
+  int64_t widest = 1;
+  while (widest * 2 <= tun.wq_skinny_max_rows) widest *= 2;
+  if (T <= widest) {
+    int64_t c = 2;
+    while (c < T) c *= 2;
+    return {skinny(c), fmt::format("{} rows or fewer: the {} skinny GEMM reads every weight once for all rows", c,
+                                   wt.format)};
+  }
+  if (k % 128 != 0 || tun.wq_tiled[planes - 1].empty())
+    return {skinny(widest),
+            fmt::format("the {} skinny GEMM on tiles of {} rows (the tiled GEMM takes rows of a multiple of 128 "
+                        "values; the weights are read once per {} rows)", wt.format, widest, widest)};
+  const GemmTiling* best = nullptr;
+  double best_time = 0;
+  for (const GemmTiling& t : tun.wq_tiled[planes - 1]) {
+    if (gemm_wq_tiled_smem_bytes(type, planes, t.bn, t.bt) > kTiledSmemLimit) continue;
+    const double time = modelled_time(t, n, T, sms, planes, tun.partial_exponent);
+    if (!best || time < best_time) best = &t, best_time = time;
+  }
+  if (!best) throw KernelError(fmt::format("matmul_{}: no tiling of the tiled GEMM fits", wt.format));
+  return {gemm_wq_tiled_variant(type, planes, best->bn, best->bt, best->tn, best->tt),
+          fmt::format("more than {} rows: the {} tiled GEMM decodes each weight tile once per {} tokens; least "
+                      "modelled time at {} rows on {} SMs: {}x{} (thread tile {}x{}, {} CTAs/SM at an estimated "
+                      "{:.0f}% of peak)", tun.wq_skinny_max_rows, wt.format, best->bt, T, sms, best->bn, best->bt,
+                      best->tn, best->tt, best->ctas_per_sm, best->eff * 100)};
+}
+
+}  // namespace
+
 std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t n, int64_t min_rows, int64_t max_rows,
-                                          int64_t planes) {
+                                          int64_t planes, int sms, const MatmulTuning& t) {
   const WqType* wt = wq_type(ggml_type);
   if (!wt) throw KernelError(fmt::format("matmul: weight type {} has no dp4a kernels", ggml_type));
-  if (k <= 0 || k % wt->layout.block_values != 0 || n <= 0 || planes < 1 || planes > 2)
+  if (k <= 0 || k % wt->layout.block_values != 0 || n <= 0 || planes < 1 || planes > 2 || sms <= 0)
     throw KernelError(fmt::format("matmul_{}: no kernel for [{}] -> [{}] (rows must be whole {}-value blocks) with {} "
                                   "planes", wt->format, k, n, wt->layout.block_values, planes));
   if (min_rows < 1 || max_rows < min_rows) throw KernelError(fmt::format("matmul_{}: rows {}..{}", wt->format, min_rows, max_rows));
   std::vector<KernelRange> out;
-  for (int64_t c = 1, lo = 1; lo <= max_rows; lo = c + 1, c *= 2) {
-    const int64_t hi = c >= 16 ? max_rows : c;
-    if (hi < min_rows) continue;
-    const int64_t r = c <= 4 ? 2 : 1;
-    std::string why = c == 1 ? fmt::format("one row: the {} GEMV reads every weight once", wt->format)
-                      : c < 16 ? fmt::format("{} rows or fewer: the {} skinny GEMM reads every weight once for all rows",
-                                             c, wt->format)
-                               : fmt::format("the {} skinny GEMM on tiles of 16 rows (no tiled GEMM for {} yet: the "
-                                             "weights are read once per 16 rows)", wt->format, wt->format);
-    out.push_back({std::max(lo, min_rows), hi, {{gemm_wq_skinny_variant(ggml_type, planes, c, r)}}, std::move(why)});
-    if (c >= 16) break;
+  for (int64_t T = min_rows; T <= max_rows; ++T) {
+    auto [v, why] = choose_one_wq(*wt, k, n, T, sms, planes, t);
+    if (!out.empty() && out.back().parts[0][0] == v) {
+      out.back().last = T;
+      continue;
+    }
+    out.push_back({T, T, {{std::move(v)}}, std::move(why)});
   }
   return out;
 }

@@ -72,15 +72,29 @@ int64_t wq_device_bytes(int64_t ggml_type, int64_t rows, int64_t cols);
 // The ggml type id of a plan's weight format name ("q4_k"), or -1 when the dp4a family has no kernels for it
 // (q8_0 included: it has its own).
 int64_t wq_type_of_format(const std::string& format);
-// Their matmul: up to `cols` tokens per launch (a power of two, 1 = the decode GEMV), rows_per_warp weight rows
-// per warp; longer steps run it on tiles of `cols` tokens.
+// Their matmul for a few rows: up to `cols` tokens per launch (a power of two, 1 = the decode GEMV),
+// rows_per_warp weight rows per warp; longer steps the tuning does not give to the tiled GEMM run it on tiles of
+// `cols` tokens.
 Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, int64_t rows_per_warp,
                                int64_t threads = 128);
-// The kernel for every row count min_rows..max_rows of a [k] -> [n] matmul with these weights: the GEMV for one
-// row, the skinny kernel of the next power of two up to 16 rows, 16-row tiles beyond (there is no tiled GEMM
-// for these types yet: prefill reads the weights once per 16 rows). Throws KernelError when k is not a
-// multiple of the type's block.
+// Their decode GEMV: each row's units split over `split` warps (a power of two <= 8), `rows` rows per group
+// of warps, the loads of `unroll` units per lane in flight, `threads` a multiple of 32 * split.
+Variant gemv_wq_variant(int64_t ggml_type, int64_t planes, int64_t rows, int64_t split, int64_t unroll,
+                        int64_t threads);
+// The GEMV tilings (two planes, as decode runs) among which the tuning table's per-type entry is chosen: what
+// tests/gpu/test_gpu_wq.cpp's bandwidth benchmark measures and the CI compile test compiles.
+std::vector<Variant> gemv_wq_sweep(int64_t ggml_type);
+// Their tiled GEMM (prefill): bn weight rows x bt tokens per CTA, tn x tt per thread, (bn/tn)*(bt/tt) threads;
+// a tiling whose tiles pass the kernel's 48 KiB of static shared memory is refused (KernelError).
+Variant gemm_wq_tiled_variant(int64_t ggml_type, int64_t planes, int64_t bn, int64_t bt, int64_t tn, int64_t tt);
+int64_t gemm_wq_tiled_smem_bytes(int64_t ggml_type, int64_t planes, int64_t bn, int64_t bt);
+// The kernel for every row count min_rows..max_rows of a [k] -> [n] matmul with these weights on a GPU with
+// `sms` SMs: the GEMV for one row (per type from t.wq_gemv), the skinny kernel of the next power of two up to
+// t.wq_skinny_max_rows rows, the tiled GEMM (the tiling of least modelled time) beyond when k is a multiple of
+// 128, else the widest skinny kernel on tiles of its rows. Throws KernelError when k is not a multiple of the
+// type's block.
 std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t n, int64_t min_rows,
-                                          int64_t max_rows, int64_t planes);
+                                          int64_t max_rows, int64_t planes, int sms = 132,
+                                          const MatmulTuning& t = default_tuning(90).matmul);
 
 }  // namespace qrig::kernels

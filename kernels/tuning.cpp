@@ -13,6 +13,12 @@ int64_t AttentionTuning::resident_of(const std::string& key, bool decode) const 
   return decode ? fallback_decode : fallback_prefill;
 }
 
+const WqGemvTiling& MatmulTuning::wq_gemv_for(int64_t type) const {
+  for (const WqGemvTiling& t : wq_gemv)
+    if (t.type == type) return t;
+  return wq_gemv_default;
+}
+
 namespace {
 
 // The subset of tests/gpu/bench_gpu_gemm.cpp's swept tilings (one plane) whose modelled choice came within 1%
@@ -59,6 +65,23 @@ Tuning default_tuning(int sm) {
   m.gemv_rows_per_warp = 1;
   m.gemv_unroll = 2;
   m.gemv_threads = 256;
+  // The block types: the GEMV (gemv_wq_dp4a) for one row, the skinny kernel up to 16 rows (its tiling:
+  // kernels/matmul.cpp choose_matmul_wq), the tiled GEMM beyond. NOT YET MEASURED, the GEMV's default: each
+  // row over 4 warps (a 4096-value row of a 4-bit type is then one unit per lane, and a 4096-row matrix 16384
+  // warps with their loads in flight at once: session 7's one-warp-per-two-rows GEMV put 15 warps per SM
+  // to work at 4096 rows, 44% of copy for Q4_K), one row per group, 128 threads; tests/gpu/test_gpu_wq.cpp's
+  // "[.bench][wq]" sweeps gemv_wq_sweep for the per-type entries.
+  m.wq_gemv_default = {0, 1, 4, 1, 128};
+  m.wq_skinny_max_rows = 16;
+  // The tiled GEMM: the Q8_0 prefill tile (128 x 64, 8 x 4 per thread) and two smaller ones for short steps.
+  // CTAs per SM from their registers under NVRTC 13 for sm_90 (__launch_bounds__(t, 1), so ptxas does not cap
+  // them at 128 and spill): 128 x 64 takes 130-157 (p2: 180-207), one 8-warp CTA; 128 x 32 96-125 (p2:
+  // 128-151), two (p2: one); 64 x 32 96-127 (p2: 126-151), four (p2: three). Efficiencies are estimates
+  // (fraction of the dp4a peak, for choosing among these tilings only): the Q8_0 measurements less the decode
+  // of each tile (~15% of a thread's instructions at 128 x 64), the second barrier per stage, and the extra
+  // scale FFMAs (3 per 32 values and output with offsets, 4 for the per-16 types, against Q8_0's 2).
+  m.wq_tiled[0] = {{128, 64, 8, 4, 1, 1, 1, 0.55}, {128, 32, 4, 4, 1, 1, 2, 0.48}, {64, 32, 4, 4, 1, 1, 4, 0.45}};
+  m.wq_tiled[1] = {{128, 64, 8, 4, 1, 1, 1, 0.50}, {128, 32, 4, 4, 1, 1, 1, 0.42}, {64, 32, 4, 4, 1, 1, 3, 0.42}};
   // Blocks per SM of the attention kernels. attn_decode is register-bound at two (its __launch_bounds__(128, 2):
   // 194-254 registers under NVRTC 13.0 and 11.8, allocated 256 per thread at most) on every architecture.
   // attn_prefill (168 registers, 64 KiB of dynamic shared memory) is bound by each architecture's shared memory per

@@ -26,12 +26,26 @@ struct SkinnyTiling {
   int64_t max_rows = 0, rows_per_warp = 0, unroll = 0, threads = 0;
 };
 
+// The block types' decode GEMV (gemv_wq_dp4a) for one ggml weight type: rows per warp group, warps per row,
+// units per lane whose loads are issued before use, threads per block.
+struct WqGemvTiling {
+  int64_t type = 0, rows = 1, split = 4, unroll = 1, threads = 128;
+};
+
 struct MatmulTuning {
   std::vector<GemmTiling> tiled[2];  // by activation planes - 1
   double partial_exponent = 0.3;     // a last round of c < ctas_per_sm CTAs runs at eff * (c/ctas_per_sm)^this
   int64_t skinny_max_rows = 16;      // steps of 2..this many rows run the skinny kernel, longer ones tiled
   std::vector<SkinnyTiling> skinny;  // ascending max_rows; the last one covers skinny_max_rows
   int64_t gemv_rows_per_warp = 1, gemv_unroll = 2, gemv_threads = 256;
+  // The GGUF block types other than Q8_0 (kernels/matmul.h choose_matmul_wq): the GEMV per type (a type not
+  // listed takes wq_gemv_default), the skinny kernel for 2..wq_skinny_max_rows rows, and the tilings of their
+  // tiled GEMM for longer steps, by planes - 1 (kb and sk unused: one 128-value stage).
+  std::vector<WqGemvTiling> wq_gemv;
+  WqGemvTiling wq_gemv_default;
+  const WqGemvTiling& wq_gemv_for(int64_t type) const;
+  int64_t wq_skinny_max_rows = 16;
+  std::vector<GemmTiling> wq_tiled[2];
 };
 
 // Blocks of each attention kernel resident per SM (the split-KV count is sized from them). Keys "decode_g<G>_n<N>"

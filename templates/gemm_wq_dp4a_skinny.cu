@@ -18,7 +18,9 @@
 // Grid: ceil(n_rows / (R * T/32)).
 // Arguments: wa, wb (the repacked weights), xq, xd, xq2 (P = 2; else unused), y, k (a multiple of the
 // type's block), n_rows, n_tokens (1 <= n_tokens <= C).
+#ifndef QRIG_HOST_EMULATION  // tests/cuda/test_wq_emulate.cpp runs this file on host threads with its own helpers
 #include "qrig_common.cuh"
+#endif
 #include "qrig_wtypes.cuh"
 
 static_assert(QRIG_WTYPE == WQ_TYPE_ID, "the weight type (QRIG_WTYPE) selects the decode of qrig_wtypes.cuh");
@@ -73,6 +75,7 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
     // issues one step's loads at a time (the decode needs them all); prefetches hold no registers and keep
     // ~PD x 512 bytes per row and warp on their way from DRAM.
     constexpr int PD = 4;
+#ifndef QRIG_HOST_EMULATION
     if (g + 32 * PD < NU) {
       const int gp = g + 32 * PD;
 #pragma unroll
@@ -81,6 +84,7 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
         asm volatile("prefetch.global.L2 [%0];" ::"l"(brow[r] + (size_t)(gp / WQ_UNITS) * WQ_BBYTES));
       }
     }
+#endif
     const int blk = g / WQ_UNITS, u = g % WQ_UNITS;
     WqUnit w[R];
 #pragma unroll

@@ -114,9 +114,16 @@ __device__ __forceinline__ int wq_spread4(unsigned x, int b) {
   return (int)((((x >> b) & 0xFu) * 0x00204081u) & 0x01010101u);
 }
 
-__device__ __forceinline__ float wq_half(const unsigned char* p) {
-  return qrig_half_to_float((unsigned short)(p[0] | (p[1] << 8)));
+// B is read as wide as its alignment allows (B bytes per block are even, and a multiple of 4, 8 or 16 for the
+// types that read it wider; the B array itself is 16-byte aligned): the scale bytes cost load instructions, which
+// bound the GEMV, not DRAM bytes.
+__device__ __forceinline__ unsigned wq_u16(const unsigned char* p) {
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
 }
+__device__ __forceinline__ unsigned wq_u32(const unsigned char* p) { return __ldg(reinterpret_cast<const unsigned*>(p)); }
+__device__ __forceinline__ float wq_half_bits(unsigned h) { return qrig_half_to_float((unsigned short)(h & 0xFFFF)); }
+// Byte j (0..3) of word x.
+__device__ __forceinline__ int wq_byte(unsigned x, int j) { return (int)(x >> (8 * j)) & 0xFF; }
 
 #if QRIG_WTYPE == QRIG_WT_IQ4_NL || QRIG_WTYPE == QRIG_WT_IQ4_XS
 // The IQ4 levels (ggml's kvalues_iq4nl) of 4 nibbles held one per byte: two byte permutations over the
@@ -133,36 +140,148 @@ __device__ __forceinline__ int wq_iq4_lookup(int c) {
 #endif
 
 #if QRIG_WTYPE == QRIG_WT_Q4_K || QRIG_WTYPE == QRIG_WT_Q5_K
-// The 6-bit scale and min of sub-block j of the 12 packed bytes s (gguf/quant_blocks.cpp's k4_scale_min).
-__device__ __forceinline__ void wq_k4_scale_min(int j, const unsigned char* s, int& sc, int& m) {
+// The 6-bit scale and min of sub-block j of the 12 packed bytes s (gguf/quant_blocks.cpp's k4_scale_min); s[i]
+// is byte 4 + i of B, i.e. byte i % 4 of word 1 + i / 4 of the loaded B words bw.
+__device__ __forceinline__ int wq_k4_s(const unsigned* bw, int i) { return wq_byte(bw[1 + (i >> 2)], i & 3); }
+__device__ __forceinline__ void wq_k4_scale_min(int j, const unsigned* bw, int& sc, int& m) {
   if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
+    sc = wq_k4_s(bw, j) & 63;
+    m = wq_k4_s(bw, j + 4) & 63;
   } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    sc = (wq_k4_s(bw, j + 4) & 0xF) | ((wq_k4_s(bw, j - 4) >> 6) << 4);
+    m = (wq_k4_s(bw, j + 4) >> 4) | ((wq_k4_s(bw, j) >> 6) << 4);
   }
 }
 #endif
 
 __device__ __forceinline__ int4 wq_ld16(const unsigned char* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
 
-// Unit u (0 .. WQ_UNITS-1) of the block whose A bytes start at a (16-byte aligned) and B bytes at b.
-__device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, const unsigned char* __restrict__ b,
-                                          int u, WqUnit& w) {
+// What a unit reads of memory, loaded (wq_load) before it is decoded (wq_unpack): kernels issue the loads of
+// several units before decoding any of them, so several loads are in flight per thread. v: the unit's 16 quant
+// bytes; h: a second 16 bytes of A (Q3_K's hmask, Q5_K's qh, Q6_K's qh); s: the B bytes the unit needs, in
+// WQ_BWORDS words (one 16-byte load of Q4_K/Q5_K's d, dmin and scales; a word for Q4_1, two for Q2_K; 8 bytes
+// for Q5_1 and IQ4_XS; 16-bit or byte loads where B is only 2-aligned: Q4_0, Q5_0, Q3_K, Q6_K, IQ4_NL).
+#if QRIG_WTYPE == QRIG_WT_Q3_K || QRIG_WTYPE == QRIG_WT_Q5_K || QRIG_WTYPE == QRIG_WT_Q6_K
+#define WQ_A2 1
+#else
+#define WQ_A2 0
+#endif
+#if QRIG_WTYPE == QRIG_WT_Q4_0 || QRIG_WTYPE == QRIG_WT_IQ4_NL || QRIG_WTYPE == QRIG_WT_Q4_1
+#define WQ_BWORDS 1
+#elif QRIG_WTYPE == QRIG_WT_Q3_K
+#define WQ_BWORDS 3
+#elif QRIG_WTYPE == QRIG_WT_Q4_K || QRIG_WTYPE == QRIG_WT_Q5_K
+#define WQ_BWORDS 4
+#else
+#define WQ_BWORDS 2
+#endif
+// Whether the unit's two halves are one 32-value block of the activation (o1 = o0 + 16, o0 % 32 == 0) with
+// one scale and offset (d0 == d1, m0 == m1): the legacy types and IQ4_XS. And whether every aligned 32 values
+// of a block share one scale and offset (those, and Q4_K / Q5_K's sub-blocks of 32): the tiled GEMM then
+// applies scales once per 32 values instead of per 16.
+#if QRIG_WTYPE == QRIG_WT_Q2_K || QRIG_WTYPE == QRIG_WT_Q3_K || QRIG_WTYPE == QRIG_WT_Q4_K || \
+    QRIG_WTYPE == QRIG_WT_Q5_K || QRIG_WTYPE == QRIG_WT_Q6_K
+#define WQ_SAME32 0
+#else
+#define WQ_SAME32 1
+#endif
+#if QRIG_WTYPE == QRIG_WT_Q2_K || QRIG_WTYPE == QRIG_WT_Q3_K || QRIG_WTYPE == QRIG_WT_Q6_K
+#define WQ_SCALE32 0
+#else
+#define WQ_SCALE32 1
+#endif
+
+struct WqRaw {
+  int4 v;
+#if WQ_A2
+  int4 h;
+#endif
+  unsigned s[WQ_BWORDS];
+};
+
+// Unit u (0 .. WQ_UNITS-1) of the block whose A bytes start at a (16-byte aligned) and B bytes at b: its loads.
+__device__ __forceinline__ void wq_load(const unsigned char* __restrict__ a, const unsigned char* __restrict__ b,
+                                        int u, WqRaw& r) {
+#if QRIG_WTYPE == QRIG_WT_Q4_0 || QRIG_WTYPE == QRIG_WT_IQ4_NL
+  (void)u;
+  r.v = wq_ld16(a);
+  r.s[0] = wq_u16(b);  // d
+#elif QRIG_WTYPE == QRIG_WT_Q4_1
+  (void)u;
+  r.v = wq_ld16(a);
+  r.s[0] = wq_u32(b);  // d, m (4-aligned)
+#elif QRIG_WTYPE == QRIG_WT_Q5_0
+  (void)u;
+  r.v = wq_ld16(a);
+  r.s[0] = wq_u16(b);                           // d (B: 6 bytes, 2-aligned)
+  r.s[1] = wq_u16(b + 2) | (wq_u16(b + 4) << 16);  // qh
+#elif QRIG_WTYPE == QRIG_WT_Q5_1
+  (void)u;
+  r.v = wq_ld16(a);
+  const uint2 bv = __ldg(reinterpret_cast<const uint2*>(b));  // d, m, qh (8 bytes, 8-aligned)
+  r.s[0] = bv.x;
+  r.s[1] = bv.y;
+#elif QRIG_WTYPE == QRIG_WT_Q4_K || QRIG_WTYPE == QRIG_WT_Q5_K
+  const int c = u >> 1, i = u & 1;
+  const int qs = QRIG_WTYPE == QRIG_WT_Q5_K ? 32 : 0;
+  r.v = wq_ld16(a + qs + 32 * c + 16 * i);
+#if QRIG_WTYPE == QRIG_WT_Q5_K
+  r.h = wq_ld16(a + 16 * i);
+#endif
+  const int4 bv = wq_ld16(b);  // d, dmin, scales[12]: 16 bytes, 16-aligned
+  r.s[0] = (unsigned)bv.x;
+  r.s[1] = (unsigned)bv.y;
+  r.s[2] = (unsigned)bv.z;
+  r.s[3] = (unsigned)bv.w;
+#elif QRIG_WTYPE == QRIG_WT_Q6_K
+  const int hf = u >> 2, rr = u & 3, p = rr >> 1, li = 16 * (rr & 1);
+  r.v = wq_ld16(a + 64 * hf + 16 * rr);
+  r.h = wq_ld16(a + 128 + 32 * hf + li);
+  const int i0 = 8 * hf + 2 * p + (rr & 1);  // the halves' int8 scales: bytes i0 and i0 + 4 (B is 2-aligned)
+  r.s[0] = (unsigned)__ldg(b + i0) | ((unsigned)__ldg(b + i0 + 4) << 8);
+  r.s[1] = wq_u16(b + 16);  // d
+#elif QRIG_WTYPE == QRIG_WT_Q2_K || QRIG_WTYPE == QRIG_WT_Q3_K
+  const int hf = u >> 2, pt = (u >> 1) & 1, sp = u & 1;
+  const int qs = QRIG_WTYPE == QRIG_WT_Q3_K ? 32 : 0;
+  r.v = wq_ld16(a + qs + 32 * hf + 16 * pt);
+#if QRIG_WTYPE == QRIG_WT_Q2_K
+  // B (20 bytes, 4-aligned): scales[16], then d, dmin. is0 = 8hf + 4sp + pt: is0 % 4 < 2, so is0 and is0 + 2
+  // share a word.
+  r.s[0] = wq_u32(b + 8 * hf + 4 * sp);
+  r.s[1] = wq_u32(b + 16);
+#else
+  r.h = wq_ld16(a + 16 * pt);
+  // B (14 bytes, 2-aligned): scales[12], d. The halves' low 4 bits are bytes 4sp + pt and 4sp + pt + 2 (high
+  // nibbles for hf = 1), their high 2 bits in bytes 8 + pt and 10 + pt.
+  r.s[0] = wq_u16(b + 4 * sp) | (wq_u16(b + 4 * sp + 2) << 16);
+  r.s[1] = wq_u16(b + 8) | (wq_u16(b + 10) << 16);
+  r.s[2] = wq_u16(b + 12);  // d
+#endif
+#elif QRIG_WTYPE == QRIG_WT_IQ4_XS
+  r.v = wq_ld16(a + 16 * u);
+  const uint2 bv = __ldg(reinterpret_cast<const uint2*>(b));  // d, scales_h, scales_l[4]: 8 bytes, 8-aligned
+  r.s[0] = bv.x;
+  r.s[1] = bv.y;
+#endif
+}
+
+// Unit u of the loads r, decoded.
+__device__ __forceinline__ void wq_unpack(const WqRaw& r, int u, WqUnit& w) {
   const int NIB = 0x0F0F0F0F;
+  (void)NIB;
+  const int x[4] = {r.v.x, r.v.y, r.v.z, r.v.w};
+#if WQ_A2
+  const int hx[4] = {r.h.x, r.h.y, r.h.z, r.h.w};
+#endif
 #if QRIG_WTYPE == QRIG_WT_Q4_0 || QRIG_WTYPE == QRIG_WT_Q4_1 || QRIG_WTYPE == QRIG_WT_Q5_0 || \
     QRIG_WTYPE == QRIG_WT_Q5_1 || QRIG_WTYPE == QRIG_WT_IQ4_NL
   (void)u;
-  const int4 v = wq_ld16(a);
-  const int x[4] = {v.x, v.y, v.z, v.w};
   w.o0 = 0;
   w.o1 = 16;
-  w.d0 = w.d1 = wq_half(b);
+  w.d0 = w.d1 = wq_half_bits(r.s[0]);
   w.m0 = w.m1 = -0.0f;
 #if QRIG_WTYPE == QRIG_WT_Q5_0 || QRIG_WTYPE == QRIG_WT_Q5_1
-  const int qo = QRIG_WTYPE == QRIG_WT_Q5_0 ? 2 : 4;  // qh's offset in B
-  const unsigned qh = (unsigned)(b[qo] | (b[qo + 1] << 8)) | ((unsigned)(b[qo + 2] | (b[qo + 3] << 8)) << 16);
+  const unsigned qh = r.s[1];
 #endif
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -185,20 +304,13 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
     w.q[4 + i] = hi;
   }
 #if QRIG_WTYPE == QRIG_WT_Q4_1 || QRIG_WTYPE == QRIG_WT_Q5_1
-  w.m0 = w.m1 = wq_half(b + 2);
+  w.m0 = w.m1 = wq_half_bits(r.s[0] >> 16);
 #endif
 
 #elif QRIG_WTYPE == QRIG_WT_Q4_K || QRIG_WTYPE == QRIG_WT_Q5_K
   // A: (Q5_K: qh[32],) qs[128]; B: d, dmin, scales[12]. Unit u: chunk c = u/2 of 64 values, its 16 bytes
   // i = u%2: low nibbles are values 64c + 16i.. of sub-block 2c, high nibbles 64c + 32 + 16i.. of 2c + 1.
   const int c = u >> 1, i = u & 1;
-  const int qs = QRIG_WTYPE == QRIG_WT_Q5_K ? 32 : 0;
-  const int4 v = wq_ld16(a + qs + 32 * c + 16 * i);
-  const int x[4] = {v.x, v.y, v.z, v.w};
-#if QRIG_WTYPE == QRIG_WT_Q5_K
-  const int4 h = wq_ld16(a + 16 * i);
-  const int hx[4] = {h.x, h.y, h.z, h.w};
-#endif
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     int lo = x[j] & NIB, hi = (x[j] >> 4) & NIB;
@@ -211,22 +323,19 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   }
   w.o0 = 64 * c + 16 * i;
   w.o1 = w.o0 + 32;
-  const float d = wq_half(b), dmin = wq_half(b + 2);
+  const float d = wq_half_bits(r.s[0]), dmin = wq_half_bits(r.s[0] >> 16);
   int sc, m;
-  wq_k4_scale_min(2 * c, b + 4, sc, m);
+  wq_k4_scale_min(2 * c, r.s, sc, m);
   w.d0 = d * (float)sc;
   w.m0 = -(dmin * (float)m);
-  wq_k4_scale_min(2 * c + 1, b + 4, sc, m);
+  wq_k4_scale_min(2 * c + 1, r.s, sc, m);
   w.d1 = d * (float)sc;
   w.m1 = -(dmin * (float)m);
 
 #elif QRIG_WTYPE == QRIG_WT_Q6_K
   // A: ql[128], qh[64]; B: int8 scales[16], d. Unit u: half hf = u/4 (128 values), r = u%4: the 16 ql bytes
   // 64hf + 16r hold, at l = 16(r%2) .. +15 of the half's groups p = r/2 (low nibbles) and p + 2 (high).
-  const int hf = u >> 2, r = u & 3, p = r >> 1, li = 16 * (r & 1);
-  const int4 v = wq_ld16(a + 64 * hf + 16 * r);
-  const int4 h = wq_ld16(a + 128 + 32 * hf + li);
-  const int x[4] = {v.x, v.y, v.z, v.w}, hx[4] = {h.x, h.y, h.z, h.w};
+  const int hf = u >> 2, rr = u & 3, p = rr >> 1, li = 16 * (rr & 1);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int lo = (x[j] & NIB) | (((hx[j] >> (2 * p)) & 0x03030303) << 4);
@@ -236,10 +345,9 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   }
   w.o0 = 128 * hf + 32 * p + li;
   w.o1 = w.o0 + 64;
-  const float d = wq_half(b + 16);
-  const signed char* sc = reinterpret_cast<const signed char*>(b);
-  w.d0 = d * (float)sc[8 * hf + 2 * p + (r & 1)];
-  w.d1 = d * (float)sc[8 * hf + 2 * p + 4 + (r & 1)];
+  const float d = wq_half_bits(r.s[1]);
+  w.d0 = d * (float)(signed char)(r.s[0] & 0xFF);
+  w.d1 = d * (float)(signed char)((r.s[0] >> 8) & 0xFF);
   w.m0 = w.m1 = -0.0f;
 
 #elif QRIG_WTYPE == QRIG_WT_Q2_K || QRIG_WTYPE == QRIG_WT_Q3_K
@@ -248,12 +356,7 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   // hold, for shift s, values 128hf + 32(s/2) + 16pt .. +15 with scale is = 8hf + 2(s/2) + pt; the unit takes
   // s = 4sp (first half) and 4sp + 2 (second half).
   const int hf = u >> 2, pt = (u >> 1) & 1, sp = u & 1;
-  const int qs = QRIG_WTYPE == QRIG_WT_Q3_K ? 32 : 0;
-  const int4 v = wq_ld16(a + qs + 32 * hf + 16 * pt);
-  const int x[4] = {v.x, v.y, v.z, v.w};
 #if QRIG_WTYPE == QRIG_WT_Q3_K
-  const int4 h = wq_ld16(a + 16 * pt);
-  const int hx[4] = {h.x, h.y, h.z, h.w};
   const int b0 = 4 * hf + 2 * sp;  // hmask bit of the first half's shift
 #endif
 #pragma unroll
@@ -268,29 +371,28 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   }
   w.o0 = 128 * hf + 64 * sp + 16 * pt;
   w.o1 = w.o0 + 32;
-  const int is0 = 8 * hf + 4 * sp + pt, is1 = is0 + 2;
 #if QRIG_WTYPE == QRIG_WT_Q2_K
-  const float d = wq_half(b + 16), dmin = wq_half(b + 18);
-  w.d0 = d * (float)(b[is0] & 0xF);
-  w.m0 = -(dmin * (float)(b[is0] >> 4));
-  w.d1 = d * (float)(b[is1] & 0xF);
-  w.m1 = -(dmin * (float)(b[is1] >> 4));
+  // Scales is0 = 8hf + 4sp + pt and is0 + 2: bytes pt and pt + 2 of the loaded word.
+  const int s0 = wq_byte(r.s[0], pt), s1 = wq_byte(r.s[0], pt + 2);
+  const float d = wq_half_bits(r.s[1]), dmin = wq_half_bits(r.s[1] >> 16);
+  w.d0 = d * (float)(s0 & 0xF);
+  w.m0 = -(dmin * (float)(s0 >> 4));
+  w.d1 = d * (float)(s1 & 0xF);
+  w.m1 = -(dmin * (float)(s1 >> 4));
 #else
-  const float d = wq_half(b + 12);
-  auto scale = [&](int j) {
-    const int lo = j < 8 ? (b[j] & 0xF) : (b[j - 8] >> 4);
-    const int hi = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return (lo | (hi << 4)) - 32;
-  };
-  w.d0 = d * (float)scale(is0);
-  w.d1 = d * (float)scale(is1);
+  // Scale j = is0 (is1 = is0 + 2): low 4 bits byte j of B for j < 8 (hf = 0), the high nibble of byte j - 8
+  // otherwise; high 2 bits at 2 (j / 4) of byte 8 + j % 4 (j % 4 = pt, + 2 for is1; j / 4 = 2hf + sp).
+  const float d = wq_half_bits(r.s[2]);
+  const int sh = 4 * hf, hs = 2 * (2 * hf + sp);
+  const int sc0 = (((wq_byte(r.s[0], pt) >> sh) & 0xF) | (((wq_byte(r.s[1], pt) >> hs) & 3) << 4)) - 32;
+  const int sc1 = (((wq_byte(r.s[0], pt + 2) >> sh) & 0xF) | (((wq_byte(r.s[1], pt + 2) >> hs) & 3) << 4)) - 32;
+  w.d0 = d * (float)sc0;
+  w.d1 = d * (float)sc1;
   w.m0 = w.m1 = -0.0f;
 #endif
 
 #elif QRIG_WTYPE == QRIG_WT_IQ4_XS
   // A: qs[128]; B: d, scales_h (u16), scales_l[4]. Unit u = sub-block: values 32u .. 32u+31, one scale.
-  const int4 v = wq_ld16(a + 16 * u);
-  const int x[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     w.q[j] = wq_iq4_lookup(x[j] & NIB);
@@ -298,13 +400,21 @@ __device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, c
   }
   w.o0 = 32 * u;
   w.o1 = w.o0 + 16;
-  const unsigned sh = (unsigned)(b[2] | (b[3] << 8));
-  const int ls = ((b[4 + u / 2] >> (4 * (u % 2))) & 0xF) | (((sh >> (2 * u)) & 3) << 4);
-  w.d0 = w.d1 = wq_half(b) * (float)(ls - 32);
+  const unsigned sh = r.s[0] >> 16;
+  const int ls = ((int)(r.s[1] >> (8 * (u / 2) + 4 * (u % 2))) & 0xF) | (((sh >> (2 * u)) & 3) << 4);
+  w.d0 = w.d1 = wq_half_bits(r.s[0]) * (float)(ls - 32);
   w.m0 = w.m1 = -0.0f;
 #endif
 }
 
+// Unit u of the block at a / b: loaded, then decoded.
+__device__ __forceinline__ void wq_decode(const unsigned char* __restrict__ a, const unsigned char* __restrict__ b,
+                                          int u, WqUnit& w) {
+  WqRaw r;
+  wq_load(a, b, u, r);
+  wq_unpack(r, u, w);
+}
+
 // The layout as constants (for code that is not preprocessor: the host test of this decode).
 constexpr int kWqBlock = WQ_BLOCK, kWqUnits = WQ_UNITS, kWqABytes = WQ_ABYTES, kWqBBytes = WQ_BBYTES,
-              kWqHasMin = WQ_HAS_MIN;
+              kWqHasMin = WQ_HAS_MIN, kWqSame32 = WQ_SAME32, kWqScale32 = WQ_SCALE32;

@@ -143,7 +143,7 @@ void choose_kernels(CompileContext& cx) {
           if (const int64_t wt = kernels::wq_type_of_format(op.s("format")); wt >= 0) {
             shape += " " + op.s("format");
             ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
-              return kernels::choose_matmul_wq(wt, k, width, lo, hi, planes);
+              return kernels::choose_matmul_wq(wt, k, width, lo, hi, planes, sms, tun.matmul);
             });
             break;
           }

@@ -60,20 +60,63 @@ void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int
 }
 
 
-void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
-                      int64_t T, float* y, StreamHandle stream) {
-  require_kernel(k, "gemm_wq_dp4a_skinny");
+// The shared checks of the block-type launchers.
+static void require_wq_args(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                            const int8_t* xq2) {
   if (w.wtype != k.variant.param("w"))
     throw KernelError(fmt::format("{}: the weights are of ggml type {}", k.variant.name, w.wtype));
   require_aligned(w.qs, 16, k, "weights (quant bytes)");
-  require_aligned(w.scales, 2, k, "weights (scale bytes)");
+  require_aligned(w.scales, 16, k, "weights (scale bytes)");  // read with loads up to 16 bytes wide
   const int64_t block = kernels::wq_block_values(w.wtype);
   if (w.rows <= 0 || w.rows > INT_MAX || w.cols <= 0 || w.cols % block != 0 || w.cols > INT_MAX / 16)
     throw KernelError(fmt::format("{}: weights have shape [{}][{}]", k.variant.name, w.rows, w.cols));
   require_aligned(xq, 16, k, "xq");
   require_aligned(xd, 4, k, "xd");
+  if (k.variant.param("p") == 2) require_aligned(xq2, 16, k, "xq2 (the second activation plane)");
+}
+
+void launch_gemm_wq_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                          const int8_t* xq2, int64_t T, float* y, StreamHandle stream) {
+  require_kernel(k, "gemm_wq_dp4a_tiled");
+  require_wq_args(k, w, xq, xd, xq2);
+  require_aligned(y, 16, k, "y");
+  if (w.cols % 128 != 0)
+    throw KernelError(fmt::format("{}: {} columns are not a multiple of 128", k.variant.name, w.cols));
+  if (T <= 0 || T > INT_MAX) throw KernelError(fmt::format("{}: {} activation rows", k.variant.name, T));
+  const int64_t bn = k.variant.param("bn"), bt = k.variant.param("bt");
+  const int64_t gx = (T + bt - 1) / bt, gy = (w.rows + bn - 1) / bn;
+  if (gx > INT_MAX || gy > 65535)
+    throw KernelError(fmt::format("{}: a grid of {} x {} CTAs", k.variant.name, gx, gy));
   const bool p2 = k.variant.param("p") == 2;
-  if (p2) require_aligned(xq2, 16, k, "xq2 (the second activation plane)");
+  k.kernel.launch(Dim3((unsigned)gx, (unsigned)gy), Dim3((unsigned)k.variant.threads()), 0, stream,
+                  reinterpret_cast<const unsigned char*>(w.qs), reinterpret_cast<const unsigned char*>(w.scales),
+                  reinterpret_cast<const signed char*>(xq), xd,
+                  p2 ? reinterpret_cast<const signed char*>(xq2) : nullptr, y, (int)w.cols, (int)w.rows, (int)T);
+}
+
+void launch_gemv_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
+                    float* y, StreamHandle stream) {
+  require_kernel(k, "gemv_wq_dp4a");
+  require_wq_args(k, w, xq, xd, xq2);
+  const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32) / k.variant.param("s");
+  const unsigned g = grid_for(w.rows, rows_per_block, k);
+  const bool p2 = k.variant.param("p") == 2;
+  k.kernel.launch(Dim3(g), Dim3((unsigned)k.variant.threads()), 0, stream,
+                  reinterpret_cast<const unsigned char*>(w.qs), reinterpret_cast<const unsigned char*>(w.scales),
+                  reinterpret_cast<const signed char*>(xq), xd, p2 ? reinterpret_cast<const signed char*>(xq2) : nullptr,
+                  y, (int)w.cols, (int)w.rows);
+}
+
+void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
+                      int64_t T, float* y, StreamHandle stream) {
+  if (k.variant.kernel == "gemm_wq_dp4a_tiled") return launch_gemm_wq_tiled(k, w, xq, xd, xq2, T, y, stream);
+  if (k.variant.kernel == "gemv_wq_dp4a") {
+    if (T != 1) throw KernelError(fmt::format("{}: the GEMV takes one row, not {}", k.variant.name, T));
+    return launch_gemv_wq(k, w, xq, xd, xq2, y, stream);
+  }
+  require_kernel(k, "gemm_wq_dp4a_skinny");
+  require_wq_args(k, w, xq, xd, xq2);
+  const bool p2 = k.variant.param("p") == 2;
   const int64_t c = k.variant.param("c");
   // The kernel indexes activations with 32-bit offsets: one launch's rows times the row length must fit.
   if (T <= 0 || c * w.cols > INT_MAX) throw KernelError(fmt::format("{}: {} activation rows", k.variant.name, T));
@@ -91,7 +134,8 @@ void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq
 
 void launch_matmul_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                         const int8_t* xq2, int64_t T, float* y, StreamHandle stream) {
-  if (k.variant.kernel == "gemm_wq_dp4a_skinny") {
+  if (k.variant.kernel == "gemm_wq_dp4a_skinny" || k.variant.kernel == "gemm_wq_dp4a_tiled" ||
+      k.variant.kernel == "gemv_wq_dp4a") {
     launch_matmul_wq(k, w, xq, xd, xq2, T, y, stream);
   } else if (k.variant.kernel == "gemm_q8_0_dp4a_tiled") {
     launch_gemm_q8_0_tiled(k, w, xq, xd, xq2, T, y, stream);
@@ -112,9 +156,9 @@ MatmulKernels::MatmulKernels(const KernelLoader& load, const std::vector<ir::Lau
     LoadedKernel k = load(parse_variant(r.parts[part][0]));
     const std::string& t = k.variant.kernel;
     if (t != "gemv_q8_0_dp4a" && t != "gemm_q8_0_dp4a_tiled" && t != "gemm_q8_0_dp4a_skinny" &&
-        t != "gemm_wq_dp4a_skinny")
+        t != "gemm_wq_dp4a_skinny" && t != "gemm_wq_dp4a_tiled" && t != "gemv_wq_dp4a")
       throw KernelError(fmt::format("matmul: {} is not a matmul kernel", k.variant.name));
-    if (t == "gemv_q8_0_dp4a" && r.last != 1)
+    if ((t == "gemv_q8_0_dp4a" || t == "gemv_wq_dp4a") && r.last != 1)
       throw KernelError(fmt::format("matmul: the GEMV {} cannot run rows {}-{}", k.variant.name, r.first, r.last));
     if (t == "gemm_q8_0_dp4a_skinny" && r.last > k.variant.param("c"))
       throw KernelError(fmt::format("matmul: {} takes at most {} rows, not {}", k.variant.name, k.variant.param("c"),

@@ -22,10 +22,15 @@ void launch_gemm_q8_0_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8
                             const int8_t* xq2, int64_t T, float* y, StreamHandle stream);
 void launch_gemm_q8_0_skinny(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                              const int8_t* xq2, int64_t T, float* y, StreamHandle stream);
-// The GGUF block types other than Q8_0 (gemm_wq_dp4a_skinny; w.wtype must be the variant's w): T rows in
-// launches of at most the variant's c rows each.
+// The GGUF block types other than Q8_0 (w.wtype must be the variant's w; w.scales, the B bytes, 16-byte
+// aligned): gemm_wq_dp4a_skinny runs T rows in launches of at most the variant's c rows each, gemm_wq_dp4a_tiled
+// (w.cols a multiple of 128) all T in one launch, gemv_wq_dp4a one row; launch_matmul_wq takes any of them.
 void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
                       int64_t T, float* y, StreamHandle stream);
+void launch_gemm_wq_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                          const int8_t* xq2, int64_t T, float* y, StreamHandle stream);
+void launch_gemv_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
+                    float* y, StreamHandle stream);
 // Any of the matmul templates (GEMV for T = 1 only), by the variant's kernel.
 void launch_matmul_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                         const int8_t* xq2, int64_t T, float* y, StreamHandle stream);

@@ -152,7 +152,7 @@ void launch_embed_wq(const LoadedKernel& k, const Q8Matrix& table, const int32_t
   if (table.wtype != k.variant.param("w"))
     throw KernelError(fmt::format("{}: the table is of ggml type {}", k.variant.name, table.wtype));
   require_aligned(table.qs, 16, k, "table (quant bytes)");
-  require_aligned(table.scales, 2, k, "table (scale bytes)");
+  require_aligned(table.scales, 16, k, "table (scale bytes)");  // read up to 16 bytes wide (qrig_wtypes.cuh)
   if (table.cols != k.variant.param("d") || table.rows <= 0 || table.rows > INT_MAX)
     throw KernelError(fmt::format("{}: the table is [{}][{}]", k.variant.name, table.rows, table.cols));
   require_aligned(tokens, 4, k, "tokens");

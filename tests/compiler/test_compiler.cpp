@@ -98,14 +98,14 @@ TEST_CASE("unsupported or inconsistent models are refused with precise messages"
                       Catch::Contains("blk.2.ffn_up.weight") && Catch::Contains("F16") &&
                           Catch::Contains("none for F16 yet") && Catch::Contains("--backend cpu"));
     CHECK(compiler::compile(f16, compiler::Rig::load(kRigs + "cpu.toml"), {}).backend == "cpu");
-    // Q4_K has CUDA kernels (gemm_wq_dp4a_skinny): the plan compiles and names them for that matmul.
+    // Q4_K has CUDA kernels (gemv_wq_dp4a, gemm_wq_dp4a_*): the plan compiles and names them for that matmul.
     const gguf::File q4k = edited_tiny({}, "blk.2.ffn_up.weight", gguf::TensorType::Q4_K);
     const ir::Plan p = compiler::compile(q4k, compiler::Rig::load(kRigs + "h200.toml"), {});
     CHECK(p.backend == "cuda");
     bool found = false;
     for (const auto& op : p.graph.ops)
       if (op.has("weight") && op.s("weight") == "blk.2.ffn_up.weight")
-        found = op.s("kernel").find("gemm_wq_dp4a_skinny_w12_") != std::string::npos;
+        found = op.s("kernel").find("wq_dp4a_w12_") != std::string::npos;
     CHECK(found);
   }
   CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.attention.head_count_kv", Value::of_u32(3)}})),

@@ -75,7 +75,7 @@ TEST_CASE("kquant files: CPU plans count every tensor at its type; CUDA plans ru
       if (t.type == gguf::TensorType::Q8_0)
         CHECK(op.s("kernel").find("_q8_0_") != std::string::npos);
       else
-        CHECK(op.s("kernel").find(fmt::format("gemm_wq_dp4a_skinny_w{}_", (int)t.type)) != std::string::npos);
+        CHECK(op.s("kernel").find(fmt::format("wq_dp4a_w{}_", (int)t.type)) != std::string::npos);
     }
   }
 }

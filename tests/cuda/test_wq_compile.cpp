@@ -1,9 +1,12 @@
 // CI without a GPU, for the matmul and embedding kernels of the GGUF block types other than Q8_0
-// (templates/gemm_wq_dp4a_skinny.cu, embed_wq.cu, qrig_wtypes.cuh): every variant choose_matmul_wq can request
-// (every type, 1..16 tokens, one and two planes) and every type's embedding compiles with NVRTC for sm_75 and
-// sm_90 without spills, declares its block size, and for the sm_70 feature set (the CMP plans) holds nothing
-// newer than sm_70; the matmuls use dp4a. Also the choice logic: T = 1 is the GEMV (c1), T <= 16 the next power
-// of two, longer steps 16-row tiles; shapes that are not whole blocks and types without a decode are refused.
+// (templates/gemm_wq_dp4a_skinny.cu, gemm_wq_dp4a_tiled.cu, gemv_wq_dp4a.cu, embed_wq.cu, qrig_wtypes.cuh): every variant
+// choose_matmul_wq can request (every type, 1..4096 tokens, one and two planes, the default tuning), every
+// variant the GEMV bandwidth sweep of tests/gpu/test_gpu_wq.cpp runs, and every type's embedding compiles with
+// NVRTC for sm_70 (NVRTC 11.8 where installed: the CMP plans' feature set, nothing newer than sm_70 in it),
+// sm_75 and sm_90 without spills and declares its block size; the matmuls use dp4a. Also the choice logic: T =
+// 1 is the GEMV with the type's tuning entry, T <= 16 the skinny kernel of the next power of two, longer steps
+// the tiled GEMM when k is a multiple of 128, else 16-row tiles; shapes that are not whole blocks and types
+// without a decode are refused.
 #include <catch2/catch.hpp>
 
 #include <set>
@@ -23,24 +26,38 @@ const std::vector<int64_t> kTypes = {2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23};  /
 
 }  // namespace
 
-TEST_CASE("matmul_wq: GEMV for one row, the next power of two up to 16, 16-row tiles beyond; bad shapes refused",
+TEST_CASE("matmul_wq: GEMV for one row, the next power of two up to 16, the tiled GEMM beyond; bad shapes refused",
           "[cuda][gemm][wq]") {
+  const MatmulTuning& tun = default_tuning(90).matmul;
   for (const int64_t w : kTypes) {
     INFO("type " << w);
     CHECK(wq_dp4a_type(w));
-    const auto ranges = choose_matmul_wq(w, 4096, 12288, 1, 512, 2);
-    REQUIRE(ranges.size() == 5);
+    const auto ranges = choose_matmul_wq(w, 4096, 12288, 1, 512, 2, 132, tun);
+    REQUIRE(ranges.size() >= 6);
     for (int64_t T = 1; T <= 512; ++T) {
       const KernelRange* hit = nullptr;
       for (const auto& r : ranges)
         if (T >= r.first && T <= r.last) hit = &r;
       REQUIRE(hit);
       const Variant& v = hit->parts.at(0).at(0);
-      CHECK(v.kernel == "gemm_wq_dp4a_skinny");
       CHECK(v.param("w") == w);
       CHECK(v.param("p") == 2);
-      CHECK(v.param("c") == (T == 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : T <= 8 ? 8 : 16));
+      if (T == 1) {
+        CHECK(v.kernel == "gemv_wq_dp4a");
+      } else if (T <= 16) {
+        CHECK(v.kernel == "gemm_wq_dp4a_skinny");
+        CHECK(v.param("c") == (T <= 2 ? 2 : T <= 4 ? 4 : T <= 8 ? 8 : 16));
+      } else {
+        CHECK(v.kernel == "gemm_wq_dp4a_tiled");
+      }
     }
+    // The GEMV takes the type's tuning entry; the skinny kernels 2 rows per warp up to 4 tokens, 1 beyond.
+    const Variant& gemv = ranges[0].parts[0][0];
+    CHECK(gemv.param("r") == tun.wq_gemv_for(w).rows);
+    CHECK(gemv.param("s") == tun.wq_gemv_for(w).split);
+    CHECK(gemv.param("u") == tun.wq_gemv_for(w).unroll);
+    CHECK(gemv.param("t") == tun.wq_gemv_for(w).threads);
+    CHECK(ranges[1].parts[0][0].param("r") == 2);
     const auto upper = choose_matmul_wq(w, 4096, 64, 5, 12, 1);  // one-plane rows above the precise ones
     REQUIRE(upper.size() == 2);
     CHECK(upper[0].first == 5);
@@ -49,8 +66,25 @@ TEST_CASE("matmul_wq: GEMV for one row, the next power of two up to 16, 16-row t
     CHECK(upper[1].last == 12);
     CHECK_THROWS_AS(choose_matmul_wq(w, wq_block_values(w) + 16, 64, 1, 4, 1), KernelError);
     CHECK(parse_variant(ranges[0].parts[0][0].name) == ranges[0].parts[0][0]);
+    CHECK(parse_variant(ranges.back().parts[0][0].name) == ranges.back().parts[0][0]);
   }
-  CHECK(choose_matmul_wq(12, 4096, 64, 1, 1, 1)[0].parts[0][0].name == "gemm_wq_dp4a_skinny_w12_p1_c1_r2_t128");
+  // A 32-value type whose rows are not a multiple of 128 values: 16-row tiles of the skinny kernel beyond 16.
+  const auto odd = choose_matmul_wq(2, 4096 + 32, 64, 17, 100, 1);
+  REQUIRE(odd.size() == 1);
+  CHECK(odd[0].parts[0][0].kernel == "gemm_wq_dp4a_skinny");
+  CHECK(odd[0].parts[0][0].param("c") == 16);
+  // The tuning data decide, not the code: a GEMV entry, the skinny limit.
+  MatmulTuning t2 = tun;
+  t2.wq_gemv.push_back({12, 2, 8, 1, 256});
+  CHECK(choose_matmul_wq(12, 4096, 64, 1, 1, 1, 132, t2)[0].parts[0][0].name == "gemv_wq_dp4a_w12_p1_r2_s8_u1_t256");
+  CHECK(choose_matmul_wq(12, 4096, 64, 1, 1, 1)[0].parts[0][0].name == "gemv_wq_dp4a_w12_p1_r1_s4_u1_t128");
+  t2.wq_skinny_max_rows = 8;
+  CHECK(choose_matmul_wq(12, 4096, 64, 12, 12, 1, 132, t2)[0].parts[0][0].kernel == "gemm_wq_dp4a_tiled");
+  CHECK(choose_matmul_wq(12, 4096, 64, 12, 12, 1)[0].parts[0][0].name == "gemm_wq_dp4a_skinny_w12_p1_c16_r1_t128");
+  CHECK(gemm_wq_skinny_variant(12, 2, 1, 2).name == "gemm_wq_dp4a_skinny_w12_p2_c1_r2_t128");
+  CHECK_THROWS_AS(gemv_wq_variant(12, 2, 1, 3, 1, 96), KernelError);   // 3 warps per row
+  CHECK_THROWS_AS(gemv_wq_variant(12, 2, 1, 4, 1, 64), KernelError);   // not whole groups of 4 warps
+  CHECK_THROWS_AS(gemv_wq_variant(12, 2, 1, 1, 5, 128), KernelError);  // 5 units in flight
   CHECK(wq_type_of_format("q4_k") == 12);
   CHECK(wq_type_of_format("iq4_xs") == 23);
   CHECK(wq_type_of_format("q8_0") == -1);
@@ -58,28 +92,47 @@ TEST_CASE("matmul_wq: GEMV for one row, the next power of two up to 16, 16-row t
   CHECK_THROWS_AS(choose_matmul_wq(8, 4096, 64, 1, 4, 1), KernelError);   // Q8_0 has its own kernels
   CHECK_THROWS_AS(choose_matmul_wq(16, 4096, 64, 1, 4, 1), KernelError);  // IQ2_XXS: no decode
   CHECK_THROWS_AS(gemm_wq_skinny_variant(12, 1, 3, 1), KernelError);
-  CHECK_THROWS_AS(gemm_wq_skinny_variant(12, 1, 16, 4), KernelError);     // 64 sums per lane
+  CHECK_THROWS_AS(gemm_wq_skinny_variant(12, 1, 16, 4), KernelError);  // 64 sums per lane
+  CHECK_THROWS_AS(gemm_wq_tiled_variant(12, 1, 96, 64, 8, 4), KernelError);   // not whole warp tiles
+  CHECK_THROWS_AS(gemm_wq_tiled_variant(12, 2, 128, 128, 8, 8), KernelError);  // > 48 KiB of shared memory
+  CHECK_THROWS_AS(gemm_wq_tiled_variant(8, 1, 128, 64, 8, 4), KernelError);   // Q8_0
   CHECK_THROWS_AS(embed_wq_variant(12, 4096 + 32), KernelError);         // not whole 256-value blocks
   CHECK_NOTHROW(embed_wq_variant(2, 4096 + 32));
 }
 
-TEST_CASE("every matmul and embedding variant of the block types compiles for sm_75 and sm_90 without spills; "
-          "sm_70 PTX clean", "[cuda][gemm][wq]") {
+TEST_CASE("every matmul and embedding variant of the block types compiles for sm_70, sm_75 and sm_90 without "
+          "spills; sm_70 PTX clean", "[cuda][gemm][wq]") {
   std::vector<test::CompileJob> jobs;
   std::set<std::string> seen;
+  auto add = [&](const Variant& v, std::vector<int> sms) {
+    if (seen.insert(v.name).second)
+      for (int sm : sms) jobs.push_back({v, sm});
+  };
   for (const int64_t w : kTypes) {
-    std::vector<Variant> vs = {embed_wq_variant(w, 4096)};
-    for (const int64_t planes : {1, 2})
-      for (const auto& r : choose_matmul_wq(w, 4096, 4096, 1, 64, planes)) vs.push_back(r.parts[0][0]);
-    for (const Variant& v : vs)
-      if (seen.insert(v.name).second)
-        for (int sm : {70, 75, 90}) jobs.push_back({v, sm});
+    // What plans can ask for (every row count, both planes, the default tuning; every tiling of the tiled GEMM,
+    // whichever the model picks at these shapes): every architecture.
+    add(embed_wq_variant(w, 4096), {70, 75, 90});
+    for (const int64_t planes : {1, 2}) {
+      for (const auto& r : choose_matmul_wq(w, 4096, 4096, 1, 4096, planes)) add(r.parts[0][0], {70, 75, 90});
+      for (const GemmTiling& t : default_tuning(90).matmul.wq_tiled[planes - 1])
+        add(gemm_wq_tiled_variant(w, planes, t.bn, t.bt, t.tn, t.tt), {70, 75, 90});
+    }
   }
-  REQUIRE(jobs.size() == kTypes.size() * 11 * 3);
+  // The GEMV bandwidth sweep (the candidates of the tuning table, measured on the H200) and session 7's skinny
+  // GEMV it is measured against: sm_90; a candidate the tuning takes is then a plan's variant above and
+  // compiled for every architecture.
+  for (const int64_t w : kTypes) {
+    for (const Variant& v : gemv_wq_sweep(w)) add(v, {90});
+    add(gemm_wq_skinny_variant(w, 2, 1, 2), {90});
+  }
+  INFO(jobs.size() << " compiles");
   const std::vector<CompiledKernel> out = test::compile_and_check("wq-compile", jobs);
+  size_t tiled = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    if (out[i].cubin.empty() || out[i].variant.kernel != "gemm_wq_dp4a_skinny") continue;
+    if (out[i].cubin.empty() || out[i].variant.kernel == "embed_wq") continue;
     INFO(out[i].variant.name << " for sm_" << jobs[i].sm);
     CHECK(out[i].ptx.find("dp4a.s32.s32") != std::string::npos);
+    tiled += out[i].variant.kernel == "gemm_wq_dp4a_tiled";
   }
+  CHECK(tiled >= kTypes.size() * 2 * 3);
 }

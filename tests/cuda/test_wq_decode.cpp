@@ -2,7 +2,8 @@
 // and embed_wq run) compiled for the host with a few stand-ins for CUDA built-ins, once per type, and run on
 // random blocks repacked by repack_wq: every unit's 32 values fmaf(d, q, m) equal gguf::dequantize's bit for bit,
 // every value of a block is covered exactly once, each half's offset is 16-aligned and, for types without
-// offsets, m = 0. So a wrong bit position, scale index or value order in the kernels' decode fails here, without
+// offsets, m = 0; types that declare one scale per unit (WQ_SAME32) or per aligned 32 values (WQ_SCALE32, what
+// the tiled GEMM relies on) have them. So a wrong bit position, scale index or value order in the kernels' decode fails here, without
 // a GPU (the GPU tests then check the kernels around it).
 #include <catch2/catch.hpp>
 
@@ -88,19 +89,28 @@ using namespace qrig;
 struct Decoder {
   gguf::TensorType type;
   int64_t block, units, abytes, bbytes;
-  bool has_min;
+  bool has_min, same32, scale32;
   std::vector<int> half_offsets;  // fp16 scales in the GGUF block, set to finite values
   // Unit u of the block at a / b: 32 values into out (by position in the block), and whether each half has m == 0.
-  void (*unit)(const unsigned char*, const unsigned char*, int, float*, int*, bool*);
+  void (*unit)(const unsigned char*, const unsigned char*, int, float*, int*, bool*, float*, float*);
 };
 
+// One unit's values into out, and each 16-value group's scale and offset into gd / gm (by group in the block).
 template <class U>
-void emit(const U& w, float* out, int* hits, bool* zero_m) {
+void emit(const U& w, float* out, int* hits, bool* zero_m, float* gd, float* gm, bool same32) {
+  if (same32) {  // the halves are one 32-value block with one scale and offset (what the kernels assume)
+    CHECK(w.o0 % 32 == 0);
+    CHECK(w.o1 == w.o0 + 16);
+    CHECK(std::memcmp(&w.d0, &w.d1, 4) == 0);
+    CHECK(std::memcmp(&w.m0, &w.m1, 4) == 0);
+  }
   for (int h = 0; h < 2; ++h) {
     const int o = h ? w.o1 : w.o0;
     const float d = h ? w.d1 : w.d0, m = h ? w.m1 : w.m0;
     zero_m[h] = m == 0.0f;
     CHECK(o % 16 == 0);
+    gd[o / 16] = d;
+    gm[o / 16] = m;
     for (int i = 0; i < 16; ++i) {
       const int q = (int)(signed char)((w.q[4 * h + i / 4] >> (8 * (i % 4))) & 0xff);
       out[o + i] = std::fma(d, (float)q, m);
@@ -111,10 +121,12 @@ void emit(const U& w, float* out, int* hits, bool* zero_m) {
 
 #define WQ_DECODER(NS, T, OFFS)                                                                                   \
   Decoder{gguf::TensorType::T, NS::kWqBlock, NS::kWqUnits, NS::kWqABytes, NS::kWqBBytes, NS::kWqHasMin != 0,       \
-          OFFS, [](const unsigned char* a, const unsigned char* b, int u, float* out, int* hits, bool* zm) {      \
+          NS::kWqSame32 != 0, NS::kWqScale32 != 0, OFFS,                                                          \
+          [](const unsigned char* a, const unsigned char* b, int u, float* out, int* hits, bool* zm, float* gd,   \
+             float* gm) {                                                                                         \
             NS::WqUnit w;                                                                                         \
             NS::wq_decode(a, b, u, w);                                                                            \
-            emit(w, out, hits, zm);                                                                               \
+            emit(w, out, hits, zm, gd, gm, NS::kWqSame32 != 0);                                                   \
           }}
 
 const std::vector<Decoder>& decoders() {
@@ -162,12 +174,20 @@ TEST_CASE("the kernels' decode of every block type equals gguf::dequantize bit f
     for (size_t i = 0; i < blocks; ++i) {
       std::vector<float> got((size_t)dec.block, std::nanf(""));
       std::vector<int> hits((size_t)dec.block, 0);
+      std::vector<float> gd((size_t)dec.block / 16), gm((size_t)dec.block / 16);
       for (int u = 0; u < dec.units; ++u) {
         bool zm[2];
-        dec.unit(a + i * (size_t)l.a_bytes, b.data() + i * (size_t)l.b_bytes(), u, got.data(), hits.data(), zm);
+        dec.unit(a + i * (size_t)l.a_bytes, b.data() + i * (size_t)l.b_bytes(), u, got.data(), hits.data(), zm,
+                 gd.data(), gm.data());
         if (!dec.has_min) CHECK((zm[0] && zm[1]));
         any_nonzero_m |= !zm[0] || !zm[1];
       }
+      // Types that claim one scale and offset per aligned 32 values (the tiled GEMM applies them per 32) have it.
+      if (dec.scale32)
+        for (size_t g = 0; g < gd.size(); g += 2) {
+          CHECK(std::memcmp(&gd[g], &gd[g + 1], 4) == 0);
+          CHECK(std::memcmp(&gm[g], &gm[g + 1], 4) == 0);
+        }
       for (int64_t j = 0; j < dec.block; ++j) {
         INFO("block " << i << " value " << j);
         REQUIRE(hits[(size_t)j] == 1);

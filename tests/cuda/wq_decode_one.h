@@ -12,3 +12,7 @@ using namespace wqhost;
 #undef WQ_HAS_MIN
 #undef WQ_UNITS
 #undef WQ_TYPE_ID
+#undef WQ_A2
+#undef WQ_BWORDS
+#undef WQ_SAME32
+#undef WQ_SCALE32

@@ -1,20 +1,31 @@
-// The matmul and embedding kernels of the GGUF block types other than Q8_0 (gemm_wq_dp4a_skinny, embed_wq;
-// templates/qrig_wtypes.cuh) against the CPU reference on the GPU, on fresh random blocks of every type (random
-// quant and sub-scale bytes, fp16 scales around 1/(64 sqrt(k))), outputs poisoned with NaN first:
-//   - the matmul for 1 .. 40 rows (the GEMV, every skinny width, 16-row tiles), one and two activation planes,
+// The matmul and embedding kernels of the GGUF block types other than Q8_0 (gemv_wq_dp4a, gemm_wq_dp4a_skinny,
+// gemm_wq_dp4a_tiled, embed_wq; templates/qrig_wtypes.cuh) against the CPU reference on the GPU, on fresh random
+// blocks of every type (random quant and sub-scale bytes, fp16 scales around 1/(64 sqrt(k))), outputs poisoned
+// with NaN first:
+//   - the matmul for 1 .. 130 rows (the GEMV, every skinny width, the tiled GEMM with partial row and token
+//     tiles; 16-row skinny tiles for rows that are not a multiple of 128 values), one and two activation planes,
 //     against cpu::matmul on the same weights and the SAME quantized activation (dequantized for the
 //     reference): only fp32 rounding differs (integer sums per 16 values, scaled; the reference sums
 //     dequantized products): threshold kSameErr; at 9B and 27B shapes on a strided subset of the weight rows
 //     (a full CPU reference of 17408 x 5120 x 17 per type is too slow for a test);
+//   - every GEMV variant of the bandwidth sweep (gemv_wq_sweep) on the small shape, so whichever the lead
+//     puts in the tuning table is tested;
 //   - repeated launches agree bit for bit (deterministic), and a row's result does not depend on how many
-//     rows the launch had within one kernel width;
+//     rows the launch had within one kernel width (skinny) or at all (tiled);
 //   - the embedding: every value bit for bit gguf::dequantize's (fmaf(d, q, m) equals the reference's one
 //     rounding: qrig_wtypes.cuh).
-// "[.bench]": the GEMV per type at 9B shapes, GB/s of its bytes against a device-to-device copy measured in the
-// same run (issue: every type's GEMV at >= 75% of the copy bandwidth).
+// "[.bench]": the GEMV per type at 9B shapes, every variant of gemv_wq_sweep and session 7's skinny GEMV, GB/s of its bytes against a
+// device-to-device copy measured in the same run (issue: every type's GEMV at >= 75% of the copy bandwidth),
+// and the best per type as tuning-table entries; "[.bench][wq_gemm]": the tiled GEMM per type and tiling at
+// prefill shapes against the Q8_0 tiled GEMM the plans choose for the same shape (TOPS, and time vs Q8_0).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <thread>
 
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
@@ -107,27 +118,53 @@ struct Act {
   }
 };
 
+int64_t wq_block(const TypeInfo& ti) { return kernels::wq_block_values((int64_t)ti.type); }
+
 const Variant& variant_for(const std::vector<kernels::KernelRange>& rs, int64_t T) {
   for (const auto& r : rs)
     if (T >= r.first && T <= r.last) return r.parts.at(0).at(0);
   throw KernelError("no range");
 }
 
-// The matmul of w for each T against the reference on rows every `stride`.
-void check_matmul(const WqTest& w, const std::vector<int64_t>& Ts, int64_t stride, uint64_t seed) {
+// Compiles the variants on several threads (the GPU machine has the cores; the kernel cache keeps them).
+void precompile(const std::vector<Variant>& vs) {
+  Gpu& g = Gpu::get();
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < vs.size();) (void)g.compiler.get(vs[i], g.family_sm);
+  };
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i) ts.emplace_back(work);
+  for (auto& t : ts) t.join();
+}
+
+// The matmul of w for each T against the reference on rows every `stride`; `extra`: more variants to check at
+// the T they take (kernel, T).
+void check_matmul(const WqTest& w, const std::vector<int64_t>& Ts, int64_t stride, uint64_t seed,
+                  const std::vector<std::pair<Variant, int64_t>>& extra = {}) {
   Gpu& g = Gpu::get();
   std::vector<int64_t> which;
   const std::vector<uint8_t> sub = w.row_subset(stride, which);
   const cpu::Matrix ref_w{w.type, sub.data(), w.cols, (int64_t)which.size()};
+  std::vector<Variant> vs;
+  for (const int64_t planes : {1, 2})
+    for (const auto& r : kernels::choose_matmul_wq((int64_t)w.type, w.cols, w.rows, 1, 256, planes))
+      vs.push_back(r.parts[0][0]);
+  for (const auto& e : extra) vs.push_back(e.first);
+  precompile(vs);
   for (const int64_t planes : {1, 2}) {
-    const auto ranges = kernels::choose_matmul_wq((int64_t)w.type, w.cols, w.rows, 1, 64, planes);
-    for (const int64_t T : Ts) {
+    const auto ranges = kernels::choose_matmul_wq((int64_t)w.type, w.cols, w.rows, 1, 256, planes);
+    std::vector<std::pair<Variant, int64_t>> runs;
+    for (const int64_t T : Ts) runs.emplace_back(variant_for(ranges, T), T);
+    for (const auto& e : extra)
+      if (e.first.param("p") == planes) runs.push_back(e);
+    for (const auto& [variant, T] : runs) {
       const std::string shape = fmt::format("{} {}->{} T{} p{}", gguf::tensor_type_name(w.type), w.cols, w.rows, T, planes);
       INFO(shape);
       const Act x(T, w.cols, seed + (uint64_t)T, planes);
       std::vector<float> ref((size_t)(T * (int64_t)which.size()));
       cpu::matmul(ref_w, x.xhat.data(), T, ref.data());
-      const LoadedKernel k = g.load(variant_for(ranges, T));
+      const LoadedKernel k = g.load(variant);
       auto run = [&] {
         auto y = poisoned_device((size_t)(T * w.rows), "wq matmul out");
         launch_matmul_wq(k, w.device(), x.xq.data(), x.xd.data(), x.xq2.data(), T, y.data(), g.stream.get());
@@ -150,22 +187,34 @@ void check_matmul(const WqTest& w, const std::vector<int64_t>& Ts, int64_t strid
 
 }  // namespace
 
-TEST_CASE("gemm_wq_dp4a_skinny matches cpu::matmul for every block type, 1..40 rows, one and two planes",
+TEST_CASE("the block-type matmuls match cpu::matmul for every block type, 1..130 rows, one and two planes",
           "[gpu][short][wq]") {
   for (size_t i = 0; i < kTypes.size(); ++i) {
-    const WqTest w(kTypes[i], 200, 1024, 900 + i);  // 200 rows: partial warps and blocks
-    check_matmul(w, {1, 2, 3, 4, 7, 8, 13, 16, 17, 40}, 1, 1000 + 10 * i);
+    const int64_t t = (int64_t)kTypes[i].type;
+    std::vector<std::pair<Variant, int64_t>> extra;
+    for (const Variant& v : kernels::gemv_wq_sweep(t)) extra.emplace_back(v, 1);
+    extra.emplace_back(kernels::gemm_wq_skinny_variant(t, 2, 1, 2), 1);  // session 7's GEMV, still benchmarked
+    // Every tiling of the tuning (not only those the model picks here), with partial token tiles.
+    for (const int64_t planes : {1, 2})
+      for (const auto& tl : kernels::default_tuning(90).matmul.wq_tiled[planes - 1])
+        extra.emplace_back(kernels::gemm_wq_tiled_variant(t, planes, tl.bn, tl.bt, tl.tn, tl.tt), 70);
+    const WqTest w(kTypes[i], 200, 1024, 900 + i);  // 200 rows: partial warps, blocks and row tiles
+    check_matmul(w, {1, 2, 3, 4, 7, 8, 13, 16, 17, 40, 64, 130}, 1, 1000 + 10 * i, extra);
+    if (wq_block(kTypes[i]) == 32) {  // rows that are not a multiple of 128 values: 16-row skinny tiles
+      const WqTest odd(kTypes[i], 72, 1024 + 32, 950 + i);
+      check_matmul(odd, {1, 17, 40}, 1, 1500 + 10 * i);
+    }
   }
 }
 
-TEST_CASE("gemm_wq_dp4a_skinny at 9B and 27B shapes for every block type", "[gpu][wq]") {
+TEST_CASE("the block-type matmuls at 9B and 27B shapes for every block type", "[gpu][wq]") {
   struct Shape {
     int64_t k, n, stride;
   };
   for (const Shape s : {Shape{4096, 12288, 61}, Shape{12288, 4096, 23}, Shape{5120, 17408, 97}, Shape{17408, 5120, 31}})
     for (size_t i = 0; i < kTypes.size(); ++i) {
       const WqTest w(kTypes[i], s.n, s.k, 2000 + i);
-      check_matmul(w, {1, 5, 17}, s.stride, 3000 + 10 * i);
+      check_matmul(w, {1, 5, 17, 40}, s.stride, 3000 + 10 * i);
     }
 }
 
@@ -181,10 +230,22 @@ TEST_CASE("a row's result does not depend on the launch's other rows within one 
   g.stream.sync("rows");
   const auto a = y16.download(), b = y9.download();
   CHECK(cpu::test::bit_equal(std::vector<float>(a.begin(), a.begin() + 9 * 96), b));
-  // The launcher refuses weights of another type than the variant's.
+  // The tiled GEMM: a row's result is the same at any number of rows.
+  const Act x100(100, 2048, 79, 1);
+  const LoadedKernel kt = g.load(variant_for(ranges, 64));
+  REQUIRE(kt.variant.kernel == "gemm_wq_dp4a_tiled");
+  auto y100 = poisoned_device(100 * 96, "y100"), y40 = poisoned_device(40 * 96, "y40");
+  launch_matmul_wq(kt, w.device(), x100.xq.data(), x100.xd.data(), nullptr, 100, y100.data(), g.stream.get());
+  launch_matmul_wq(kt, w.device(), x100.xq.data(), x100.xd.data(), nullptr, 40, y40.data(), g.stream.get());
+  g.stream.sync("rows (tiled)");
+  const auto c = y100.download(), d = y40.download();
+  CHECK(cpu::test::bit_equal(std::vector<float>(c.begin(), c.begin() + 40 * 96), d));
+  // The launchers refuse weights of another type than the variant's.
   Q8Matrix wrong = w.device();
   wrong.wtype = 13;
   CHECK_THROWS_AS(launch_matmul_wq(k, wrong, x.xq.data(), x.xd.data(), nullptr, 4, y9.data(), g.stream.get()), KernelError);
+  CHECK_THROWS_AS(launch_matmul_wq(kt, wrong, x.xq.data(), x.xd.data(), nullptr, 40, y40.data(), g.stream.get()),
+                  KernelError);
 }
 
 TEST_CASE("embed_wq gives gguf::dequantize's rows bit for bit for every block type", "[gpu][short][wq]") {
@@ -225,7 +286,18 @@ TEST_CASE("block-type GEMV bandwidth at 9B shapes", "[.bench][wq]") {
   std::string out = fmt::format("## Block-type GEMV bandwidth ({}, sm_{})\n\ncopy {:.0f} GB/s\n\n| type | shape | kernel | us | "
                                 "GB/s | % of copy |\n|---|---|---|---|---|---|\n", g.info.name, g.info.sm, copy);
   double worst = 1e9;
-  for (const TypeInfo& ti : kTypes)
+  std::vector<Variant> all;
+  for (const TypeInfo& ti : kTypes) {
+    for (const Variant& v : kernels::gemv_wq_sweep((int64_t)ti.type)) all.push_back(v);
+    all.push_back(kernels::gemm_wq_skinny_variant((int64_t)ti.type, 2, 1, 2));  // session 7's GEMV
+    all.push_back(kernels::choose_matmul_wq((int64_t)ti.type, 4096, 4096, 1, 1, 2).at(0).parts[0][0]);
+  }
+  precompile(all);
+  std::string best_lines = "\nBest GEMV tiling per type (summed time over the three shapes), as kernels/tuning.cpp entries:\n\n";
+  for (const TypeInfo& ti : kTypes) {
+    std::map<std::string, double> total_us;  // variant -> summed time over the shapes
+    std::map<std::string, Variant> by_name;
+    std::map<std::string, double> worst_pct;  // variant -> its worst shape's % of copy
     for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{{4096, 12288}, {12288, 4096}, {4096, 4096}}) {
       const WqTest w(ti, n, k, 42);
       const size_t wbytes = w.gguf.size();
@@ -241,8 +313,11 @@ TEST_CASE("block-type GEMV bandwidth at 9B shapes", "[.bench][wq]") {
       const Act x(1, k, 5, 2);
       DeviceBuffer<float> y(0, (size_t)n, "y");
       const Variant chosen = kernels::choose_matmul_wq((int64_t)ti.type, k, n, 1, 1, 2).at(0).parts[0][0];
-      for (const int64_t r : {1, 2, 4}) {
-      const LoadedKernel kk = g.load(kernels::gemm_wq_skinny_variant((int64_t)ti.type, 2, 1, r));
+      std::vector<Variant> vs = kernels::gemv_wq_sweep((int64_t)ti.type);
+      vs.push_back(kernels::gemm_wq_skinny_variant((int64_t)ti.type, 2, 1, 2));
+      if (std::find(vs.begin(), vs.end(), chosen) == vs.end()) vs.push_back(chosen);
+      for (const Variant& v : vs) {
+      const LoadedKernel kk = g.load(v);
       auto run = [&](int i) {
         const int c = i % copies;
         launch_matmul_wq(kk, {as[(size_t)c].data(), bs[(size_t)c].data(), n, k, (int64_t)ti.type}, x.xq.data(),
@@ -258,12 +333,28 @@ TEST_CASE("block-type GEMV bandwidth at 9B shapes", "[.bench][wq]") {
       const double us = Event::elapsed_ms(e0, e1) * 1e3 / iters;
       const double gbps = ((double)wbytes + 2.0 * k + k / 8.0 + 4.0 * n) / (us * 1e-6) / 1e9;
       if (kk.variant == chosen) worst = std::min(worst, gbps / copy);
+      total_us[v.name] += us;
+      by_name.emplace(v.name, v);
+      worst_pct[v.name] = worst_pct.count(v.name) ? std::min(worst_pct[v.name], 100.0 * gbps / copy) : 100.0 * gbps / copy;
       out += fmt::format("| {} | {}->{} | {}{} | {:.2f} | {:.0f} | {:.1f} |\n", gguf::tensor_type_name(ti.type), k, n,
                          kk.variant.name, kk.variant == chosen ? " (the plans' choice)" : "", us, gbps,
                          100.0 * gbps / copy);
       }
     }
+    auto best = std::min_element(total_us.begin(), total_us.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    const Variant& bv = by_name.at(best->first);
+    if (bv.kernel == "gemv_wq_dp4a")
+      best_lines += fmt::format("    {{{}, {}, {}, {}, {}}},  // {} {}: {:.1f} us over the three shapes, worst shape "
+                                "{:.1f}% of copy\n", (int)ti.type, bv.param("r"), bv.param("s"), bv.param("u"),
+                                bv.param("t"), gguf::tensor_type_name(ti.type), bv.name, best->second,
+                                worst_pct[best->first]);
+    else
+      best_lines += fmt::format("    // {}: session 7's skinny GEMV {} is fastest ({:.1f} us, worst shape {:.1f}%)\n",
+                                gguf::tensor_type_name(ti.type), bv.name, best->second, worst_pct[best->first]);
+  }
   out += fmt::format("\nworst (the plans' choice): {:.1f}% of copy\n", 100.0 * worst);
+  out += best_lines;
   std::printf("%s\n", out.c_str());
   if (const char* path = std::getenv("QRIG_BENCH_OUT"))
     if (FILE* f = std::fopen(path, "a")) {
@@ -271,4 +362,78 @@ TEST_CASE("block-type GEMV bandwidth at 9B shapes", "[.bench][wq]") {
       std::fclose(f);
     }
   CHECK(worst > 0);
+}
+
+TEST_CASE("block-type tiled GEMM throughput at prefill shapes against Q8_0", "[.bench][wq_gemm]") {
+  Gpu& g = Gpu::get();
+  const MatmulTuning& tun = kernels::default_tuning(90).matmul;
+  const int sms = g.info.sms > 0 ? g.info.sms : 132;
+  struct Shape {
+    int64_t k, n;
+  };
+  const std::vector<Shape> shapes = {{4096, 12288}, {12288, 4096}, {4096, 4096}};
+  const std::vector<int64_t> Ts = {512, 4096};
+  std::vector<Variant> all;
+  for (const TypeInfo& ti : kTypes)
+    for (const auto& t : tun.wq_tiled[0]) all.push_back(kernels::gemm_wq_tiled_variant((int64_t)ti.type, 1, t.bn, t.bt, t.tn, t.tt));
+  for (const Shape& sh : shapes)
+    for (const int64_t T : Ts) all.push_back(kernels::matmul_q8_0_choice(sh.k, sh.n, T, sms, 1, tun));
+  precompile(all);
+  std::string out = fmt::format("## Block-type tiled GEMM vs Q8_0 ({}, sm_{}), one plane\n\n| type | shape | T | kernel | us | "
+                                "TOPS | time vs Q8_0 |\n|---|---|---|---|---|---|---|\n", g.info.name, g.info.sm);
+  auto time_us = [&](const std::function<void()>& launch) {
+    launch();
+    g.stream.sync("warm-up");
+    Event e0(0), e1(0);
+    e0.record(g.stream.get());
+    const int iters = 10;
+    for (int i = 0; i < iters; ++i) launch();
+    e1.record(g.stream.get());
+    e1.sync();
+    return Event::elapsed_ms(e0, e1) * 1e3 / iters;
+  };
+  std::string summary = "\nPer type: the plans' choice at T = 4096, time vs Q8_0 summed over the shapes:\n\n";
+  std::map<std::string, double> sum_wq, sum_q8;
+  for (const Shape& sh : shapes) {
+    const Act x(Ts.back(), sh.k, 11, 1);
+    DeviceBuffer<float> y(0, (size_t)(Ts.back() * sh.n), "y");
+    const Q8Test q8(sh.n, sh.k, 12);
+    for (const int64_t T : Ts) {
+      const Variant qv = kernels::matmul_q8_0_choice(sh.k, sh.n, T, sms, 1, tun);
+      const LoadedKernel qk = g.load(qv);
+      const double q8_us = time_us([&] {
+        launch_matmul_q8_0(qk, q8.device(), x.xq.data(), x.xd.data(), nullptr, T, y.data(), g.stream.get());
+      });
+      const double ops = 2.0 * (double)T * (double)sh.n * (double)sh.k;
+      out += fmt::format("| q8_0 | {}->{} | {} | {} | {:.1f} | {:.1f} | 1.00 |\n", sh.k, sh.n, T, qv.name, q8_us,
+                         ops / (q8_us * 1e-6) / 1e12);
+      for (const TypeInfo& ti : kTypes) {
+        const WqTest w(ti, sh.n, sh.k, 13);
+        const Variant chosen = variant_for(kernels::choose_matmul_wq((int64_t)ti.type, sh.k, sh.n, T, T, 1, sms, tun), T);
+        for (const auto& t : tun.wq_tiled[0]) {
+          const Variant v = kernels::gemm_wq_tiled_variant((int64_t)ti.type, 1, t.bn, t.bt, t.tn, t.tt);
+          const LoadedKernel kk = g.load(v);
+          const double us = time_us([&] {
+            launch_matmul_wq(kk, w.device(), x.xq.data(), x.xd.data(), nullptr, T, y.data(), g.stream.get());
+          });
+          out += fmt::format("| {} | {}->{} | {} | {}{} | {:.1f} | {:.1f} | {:.2f} |\n", gguf::tensor_type_name(ti.type),
+                             sh.k, sh.n, T, v.name, v == chosen ? " (the plans' choice)" : "", us,
+                             ops / (us * 1e-6) / 1e12, us / q8_us);
+          if (v == chosen && T == Ts.back()) {
+            sum_wq[gguf::tensor_type_name(ti.type)] += us;
+            sum_q8[gguf::tensor_type_name(ti.type)] += q8_us;
+          }
+        }
+      }
+    }
+  }
+  for (const auto& [name, us] : sum_wq) summary += fmt::format("- {}: {:.2f}x Q8_0's time\n", name, us / sum_q8[name]);
+  out += summary;
+  std::printf("%s\n", out.c_str());
+  if (const char* path = std::getenv("QRIG_BENCH_OUT"))
+    if (FILE* f = std::fopen(path, "a")) {
+      std::fputs(out.c_str(), f);
+      std::fclose(f);
+    }
+  CHECK(!sum_wq.empty());
 }
