@@ -33,18 +33,18 @@ std::vector<TemplateInfo> attention_templates() {
   return {
       {"attn_decode", "attn_decode.cu",
        {d, {"g", "QRIG_G", 1, 8, 1, "query heads per KV head"},
-        {"n", "QRIG_N", 1, 8, 1, "most query tokens (g * n <= 8)"}, kf, vf, threads_param()},
+        {"n", "QRIG_N", 1, 8, 1, "most query tokens (g * n <= 8)"}, kf, vf, batched_param(), threads_param()},
        "gated GQA attention of T <= n tokens, split over the keys (flash-decoding), fp32; grid (splits, KV heads)"},
       {"attn_prefill", "attn_prefill.cu",
        {d, {"g", "QRIG_G", 1, 32, 1, "query heads per KV head"},
         {"h", "QRIG_HALF", 0, 1, 1, "P.V products: 0 fp32 FFMA, 1 HFMA2 summed in fp32 per 32-key tile (f16 values)"},
         kf, vf, threads_param()},
        "gated GQA attention of a block of 32/g query tokens x g heads per CTA, 32-key tiles, Q.K in fp32"},
-      {"attn_merge", "attn_merge.cu", {d, threads_param()},
+      {"attn_merge", "attn_merge.cu", {d, batched_param(), threads_param()},
        "log-sum-exp merge of split-KV attention partials, times sigmoid(gate); one CTA per (token, head, 64 columns)"},
-      {"attn_merge_rot", "attn_merge_rot.cu", {d, threads_param()},
+      {"attn_merge_rot", "attn_merge_rot.cu", {d, batched_param(), threads_param()},
        "attn_merge for t4/t3 values: the merged output rotated back once, times sigmoid(gate); a warp per (token, head)"},
-      {"kv_write", "kv_write.cu", {kf, vf, threads_param()},
+      {"kv_write", "kv_write.cu", {kf, vf, batched_param(), threads_param()},
        "append keys and values to caches of any format (f16/q8/t4/t3 each): a warp per (token, KV head) vector"},
   };
 }
@@ -80,26 +80,32 @@ KvFormat format_of_param(int64_t bits) {
 }
 }  // namespace
 
-Variant attn_decode_variant(int64_t g, int64_t n, KvPair kv) {
+Variant attn_decode_variant(int64_t g, int64_t n, KvPair kv, int64_t batched) {
+  if (batched && n != 1) throw KernelError("attention: the batched decode kernel takes one token per sequence");
   return make_variant("attn_decode", {{"d", kAttentionHeadDim}, {"g", g}, {"n", n}, {"k", kv_format_param(kv.k)},
-                                      {"v", kv_format_param(kv.v)}, {"t", kAttentionDecodeThreads}});
+                                      {"v", kv_format_param(kv.v)}, {"b", batched}, {"t", kAttentionDecodeThreads}});
 }
 Variant attn_prefill_variant(int64_t g, int64_t half, KvPair kv) {
   if (half && kv.v != KvFormat::f16) throw KernelError("attention: HFMA2 P.V (h1) reads fp16 values only");
   return make_variant("attn_prefill", {{"d", kAttentionHeadDim}, {"g", g}, {"h", half}, {"k", kv_format_param(kv.k)},
                                        {"v", kv_format_param(kv.v)}, {"t", kAttentionPrefillThreads}});
 }
-Variant attn_merge_variant() {
-  return make_variant("attn_merge", {{"d", kAttentionHeadDim}, {"t", kAttentionMergeThreads}});
+Variant attn_merge_variant(int64_t batched) {
+  return make_variant("attn_merge", {{"d", kAttentionHeadDim}, {"b", batched}, {"t", kAttentionMergeThreads}});
 }
-Variant attn_merge_rot_variant() {
-  return make_variant("attn_merge_rot", {{"d", kAttentionHeadDim}, {"t", kAttentionMergeRotThreads}});
+Variant attn_merge_rot_variant(int64_t batched) {
+  return make_variant("attn_merge_rot", {{"d", kAttentionHeadDim}, {"b", batched}, {"t", kAttentionMergeRotThreads}});
 }
-Variant attn_merge_for(KvFormat v) { return kv_format_rotated(v) ? attn_merge_rot_variant() : attn_merge_variant(); }
+Variant attn_merge_for(KvFormat v, int64_t batched) {
+  return kv_format_rotated(v) ? attn_merge_rot_variant(batched) : attn_merge_variant(batched);
+}
 
 Variant kv_write_variant(KvPair kv) {
   if (kv.k == KvFormat::f16 && kv.v == KvFormat::f16) return make_variant("kv_write_f16", {{"t", 256}});
-  return make_variant("kv_write", {{"k", kv_format_param(kv.k)}, {"v", kv_format_param(kv.v)}, {"t", 128}});
+  return make_variant("kv_write", {{"k", kv_format_param(kv.k)}, {"v", kv_format_param(kv.v)}, {"b", 0}, {"t", 128}});
+}
+Variant kv_write_batched_variant(KvPair kv) {
+  return make_variant("kv_write", {{"k", kv_format_param(kv.k)}, {"v", kv_format_param(kv.v)}, {"b", 1}, {"t", 128}});
 }
 
 int64_t attention_prefill_smem(const Variant& v) {
@@ -110,9 +116,10 @@ int64_t attention_prefill_smem(const Variant& v) {
 }
 
 Variant with_kv_formats(const Variant& v, KvPair kv) {
-  if (v.kernel == "attn_decode") return attn_decode_variant(v.param("g"), v.param("n"), kv);
+  if (v.kernel == "attn_decode") return attn_decode_variant(v.param("g"), v.param("n"), kv, v.param("b"));
   if (v.kernel == "attn_prefill") return attn_prefill_variant(v.param("g"), v.param("h"), kv);
-  if (v.kernel == "attn_merge" || v.kernel == "attn_merge_rot") return attn_merge_for(kv.v);
+  if (v.kernel == "attn_merge" || v.kernel == "attn_merge_rot") return attn_merge_for(kv.v, v.param("b"));
+  if (v.kernel == "kv_write" && v.param("b") == 1) return kv_write_batched_variant(kv);
   if (v.kernel == "kv_write" || v.kernel == "kv_write_f16") return kv_write_variant(kv);
   return v;
 }
@@ -149,10 +156,20 @@ int64_t attention_partial_bytes(const AttentionDims& d, int64_t T, int64_t n_spl
   return align256(items * d.hd * 4) + align256(items * 2 * 4);
 }
 
-int64_t attention_workspace_bytes(const AttentionDims& d, const AttentionCtas& c, int64_t context, int64_t max_t) {
+int64_t attention_decode_split_target(const AttentionDims& d, const AttentionCtas& c) {
+  if (c.decode1 <= 0 || d.Hkv <= 0) throw KernelError("attention: the decode split needs positive CTAs and KV heads");
+  return ceil_div(c.decode1, d.Hkv);
+}
+
+int64_t attention_workspace_bytes(const AttentionDims& d, const AttentionCtas& c, int64_t context, int64_t max_t,
+                                  int64_t decode_seqs) {
   if (max_t <= 0) throw KernelError(fmt::format("attention: workspace for {} tokens", max_t));
   const int64_t g = attention_group(d);
   int64_t most = 0;
+  if (decode_seqs >= 2) {  // a batched decode launch: every sequence's partials side by side
+    const int64_t n = attention_decode_split_target(d, c);
+    if (n > 1) most = attention_partial_bytes(d, decode_seqs, n);
+  }
   for (int64_t T = 1; T <= std::min(max_t, context); ++T) {
     int64_t n;  // an upper bound of attention_split(T, kv_len).n_split over every kv_len <= context
     if (T <= attention_decode_max_tokens(g)) {
@@ -198,6 +215,27 @@ AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_
                                     "for ~1000x the error), key range split to fill {} resident CTAs",
                                     c.ctas.prefill)});
   return c;
+}
+
+std::vector<KernelRange> choose_attention_decode(const AttentionDims& d, int64_t max_seqs, KvPair kv) {
+  const int64_t g = attention_group(d);
+  if (max_seqs < 1) throw KernelError(fmt::format("attention: decode steps of {} sequences", max_seqs));
+  std::vector<KernelRange> out = {{1, 1, {{attn_decode_variant(g, 1, kv), attn_merge_for(kv.v)}},
+                                   "one sequence: its one-token split-KV decode and merge"}};
+  if (max_seqs >= 2)
+    out.push_back({2, max_seqs, {{attn_decode_variant(g, 1, kv, 1), attn_merge_for(kv.v, 1)}},
+                   "a decode step's sequences in one launch each (grid.z over sequences, each its own position, "
+                   "caches and split; CTAs past a sequence's split count leave)"});
+  return out;
+}
+
+std::vector<KernelRange> choose_kv_write_decode(KvPair kv, int64_t max_seqs) {
+  if (max_seqs < 1) throw KernelError(fmt::format("kv_write: decode steps of {} sequences", max_seqs));
+  std::vector<KernelRange> out = {{1, 1, {{kv_write_variant(kv)}}, "one sequence: its own KV write"}};
+  if (max_seqs >= 2)
+    out.push_back({2, max_seqs, {{kv_write_batched_variant(kv)}},
+                   "a decode step's sequences in one launch, each row to its slot's caches at its position"});
+  return out;
 }
 
 std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms, KvPair kv) {

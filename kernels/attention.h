@@ -41,17 +41,21 @@ int64_t attention_group(const AttentionDims& d);
 // The most query tokens (per sequence) the decode kernel takes: 8 / group.
 int64_t attention_decode_max_tokens(int64_t group);
 
-Variant attn_decode_variant(int64_t group, int64_t tokens, KvPair kv = {});
+// batched 1 (tokens 1): one launch over a decode step's sequences, each with its own position, caches and split.
+Variant attn_decode_variant(int64_t group, int64_t tokens, KvPair kv = {}, int64_t batched = 0);
 Variant attn_prefill_variant(int64_t group, int64_t half, KvPair kv = {});
-Variant attn_merge_variant();
-Variant attn_merge_rot_variant();
-// The merge for these values: attn_merge, or attn_merge_rot for t4/t3.
-Variant attn_merge_for(KvFormat v);
-// kv_write_f16 for k16v16, else kv_write_k<bits>_v<bits>.
+Variant attn_merge_variant(int64_t batched = 0);
+Variant attn_merge_rot_variant(int64_t batched = 0);
+// The merge for these values: attn_merge, or attn_merge_rot for t4/t3 (batched 1: of a batched attn_decode).
+Variant attn_merge_for(KvFormat v, int64_t batched = 0);
+// kv_write_f16 for k16v16, else kv_write_k<bits>_v<bits>_b0.
 Variant kv_write_variant(KvPair kv);
+// The KV write of a decode step's sequences in one launch: kv_write_k<bits>_v<bits>_b1 (k16v16 too: its f16 path
+// rounds as kv_write_f16 does).
+Variant kv_write_batched_variant(KvPair kv);
 // The same kernel for other cache formats: an attn_decode / attn_prefill / merge / kv_write variant with its
-// formats replaced (the KV-format pass settles the formats after the kernel pass named them); any other variant
-// unchanged.
+// formats replaced, batched or not as it was (the KV-format pass settles the formats after the kernel pass named
+// them); any other variant unchanged.
 Variant with_kv_formats(const Variant& v, KvPair kv);
 
 // How many CTAs the launches of one attention op aim at: decode with 1 token, decode with up to N tokens,
@@ -71,8 +75,14 @@ struct AttentionSplit {
 AttentionSplit attention_split(const AttentionDims& d, const AttentionCtas& c, int64_t T, int64_t kv_len, bool decode);
 // Bytes of split partials (O, then (m, l)) for T tokens cut n_split ways, 256-byte aligned parts.
 int64_t attention_partial_bytes(const AttentionDims& d, int64_t T, int64_t n_split);
-// The most workspace any call of up to max_t tokens over up to `context` keys needs.
-int64_t attention_workspace_bytes(const AttentionDims& d, const AttentionCtas& c, int64_t context, int64_t max_t);
+// The most workspace any call of up to max_t tokens over up to `context` keys needs, and with decode_seqs >= 2 any
+// batched decode launch over up to decode_seqs sequences (partials [split][seqs][Hq], up to ceil(decode1 / Hkv)
+// splits each).
+int64_t attention_workspace_bytes(const AttentionDims& d, const AttentionCtas& c, int64_t context, int64_t max_t,
+                                  int64_t decode_seqs = 1);
+// The split target of a batched decode launch: ceil(decode1 / Hkv), the splits attention_split allows one token;
+// each sequence's own split is attention_split(d, c, 1, its keys, true).
+int64_t attention_decode_split_target(const AttentionDims& d, const AttentionCtas& c);
 
 struct AttentionChoice {
   std::vector<KernelRange> ranges;  // per tokens-per-sequence range: the kernel, then attn_merge
@@ -82,6 +92,12 @@ struct AttentionChoice {
 // H200 for ~1000x the error), CTA targets from `sms` and the tuning's residency.
 AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_t max_tokens, int sms,
                                  const Tuning& t, KvPair kv = {});
+
+// Decode steps of 1..max_seqs sequences of one token each (the op's decode_kernel attribute): one sequence runs
+// its one-token kernels (choose_attention's first range), 2..max_seqs the batched decode + merge in one launch each.
+std::vector<KernelRange> choose_attention_decode(const AttentionDims& d, int64_t max_seqs, KvPair kv = {});
+// The same for the KV write: kv_write_variant, then kv_write_batched_variant from 2 sequences.
+std::vector<KernelRange> choose_kv_write_decode(KvPair kv, int64_t max_seqs);
 
 // Every variant choose_attention names for these dims (decode with 1 and N tokens, prefill, merge), for tools and
 // tests.

@@ -16,8 +16,10 @@ std::vector<TemplateInfo> gdn_templates() {
   const TemplateParam c{"c", "QRIG_CHUNK", 16, 64, 16, "chunk length (tokens)"};
   return {
       {"gdn_recurrent", "gdn_recurrent.cu",
-       {dk, dv, {"cw", "QRIG_CW", 4, 32, 4, "value columns per warp (4, 8, 16 or 32)"}, threads_param()},
-       "Gated DeltaNet token-serial recurrence (decode, short steps); state slice in registers"},
+       {dk, dv, {"cw", "QRIG_CW", 4, 32, 4, "value columns per warp (4, 8, 16 or 32)"}, batched_param(),
+        threads_param()},
+       "Gated DeltaNet token-serial recurrence (decode, short steps); state slice in registers (b1: grid.z over the "
+       "sequences of a decode step)"},
       {"gdn_chunk_prep", "gdn_chunk_prep.cu",
        {dk, dv, c, threads_param()},
        "chunked Gated DeltaNet, state-independent part per (chunk, value head): decays, A, P = QK^T*D, "
@@ -53,11 +55,11 @@ bool gdn_recurrent_tiling_ok(const GdnDims& d, int64_t cw, int64_t t) {
   return t % 32 == 0 && d.dk % 32 == 0 && d.dk % row_groups == 0 && d.dv % (cw * (t / 32)) == 0;
 }
 
-Variant gdn_recurrent_variant(const GdnDims& d) {
+Variant gdn_recurrent_variant(const GdnDims& d, int64_t batched) {
   // 8 columns per warp (32-byte row segments), 4 warps: 32 columns per block, 128 blocks at 9B dims.
   for (int64_t t : {128, 64, 32})
     if (gdn_recurrent_tiling_ok(d, 8, t))
-      return make_variant("gdn_recurrent", {{"dk", d.dk}, {"dv", d.dv}, {"cw", 8}, {"t", t}});
+      return make_variant("gdn_recurrent", {{"dk", d.dk}, {"dv", d.dv}, {"cw", 8}, {"b", batched}, {"t", t}});
   throw KernelError(fmt::format("gdn_recurrent: no tiling for dk={} dv={}", d.dk, d.dv));
 }
 
@@ -95,6 +97,17 @@ std::vector<KernelRange> choose_gdn(const GdnDims& d, int64_t chunk, int64_t max
     out.push_back({below, max_tokens, {{gdn_chunk_prep_variant(d, chunk), gdn_chunk_scan_variant(d, chunk)}},
                    fmt::format("{} tokens or more: the chunked algorithm ({}-token chunks, parallel prep, then a scan "
                                "over chunks)", below, chunk)});
+  return out;
+}
+
+std::vector<KernelRange> choose_gdn_decode(const GdnDims& d, int64_t chunk, int64_t max_seqs, const Tuning& t) {
+  if (max_seqs < 1) throw KernelError(fmt::format("gdn: decode steps of {} sequences", max_seqs));
+  const std::vector<KernelRange> one = choose_gdn(d, chunk, 1, t);
+  if (one.at(0).parts.at(0).size() != 1) return {};
+  std::vector<KernelRange> out = {{1, 1, one[0].parts, "one sequence: the recurrent kernel over its state"}};
+  if (max_seqs >= 2)
+    out.push_back({2, max_seqs, {{gdn_recurrent_variant(d, 1)}},
+                   "a decode step's sequences in one launch (grid.z over sequences, each its slot's state)"});
   return out;
 }
 

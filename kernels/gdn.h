@@ -26,7 +26,8 @@ void gdn_check_dims(const GdnDims& d, int64_t chunk);
 bool gdn_scan_tiling_ok(const GdnDims& d, int64_t chunk, int64_t ct, int64_t t);
 bool gdn_recurrent_tiling_ok(const GdnDims& d, int64_t cw, int64_t t);
 
-Variant gdn_recurrent_variant(const GdnDims& d);
+// batched 1: the variant that runs a decode step's sequences (one token each) in one launch (templates/gdn_recurrent.cu).
+Variant gdn_recurrent_variant(const GdnDims& d, int64_t batched = 0);
 Variant gdn_chunk_prep_variant(const GdnDims& d, int64_t chunk);
 Variant gdn_chunk_scan_variant(const GdnDims& d, int64_t chunk);
 
@@ -36,6 +37,11 @@ int64_t gdn_workspace_bytes(const GdnDims& d, int64_t chunk, int64_t max_t);
 // The kernels for 1..max_tokens tokens of one sequence: the recurrent kernel below t.gdn_recurrent_below,
 // the chunked pair (prep + scan) from there.
 std::vector<KernelRange> choose_gdn(const GdnDims& d, int64_t chunk, int64_t max_tokens, const Tuning& t);
+
+// Decode steps of 1..max_seqs sequences of one token each (the op's decode_kernel attribute): one sequence runs the
+// recurrent kernel as choose_gdn has it, 2..max_seqs its batched variant in one launch. Empty when one token runs
+// the chunked pair (a tuning with gdn_recurrent_below <= 1): every sequence then runs on its own.
+std::vector<KernelRange> choose_gdn_decode(const GdnDims& d, int64_t chunk, int64_t max_seqs, const Tuning& t);
 
 // The three variants of these dims (recurrent, chunk prep, chunk scan), for tools and tests.
 std::vector<Variant> gdn_variants(const GdnDims& d, int64_t chunk);

@@ -40,8 +40,8 @@ std::vector<TemplateInfo> pointwise_templates() {
       {"concat_f32", "concat_f32.cu", {threads_param()},
        "rows of two f32 values side by side (the MTP draft head's [enorm(e) ; hnorm(h)]), grid-stride"},
       {"conv1d_silu_f32", "conv1d_silu_f32.cu",
-       {{"k", "QRIG_K", 2, 8, 1, "taps"}, threads_param()},
-       "causal depthwise conv over time + SiLU with a carried window, one thread per channel"},
+       {{"k", "QRIG_K", 2, 8, 1, "taps"}, batched_param(), threads_param()},
+       "causal depthwise conv over time + SiLU with a carried window, one thread per channel (b1: x sequences)"},
       {"head_rmsnorm_f32", "head_rmsnorm_f32.cu",
        {{"d", "QRIG_D", 32, 1024, 32, "head dim"}, threads_param()},
        "RMSNorm per head of strided heads (q/k norms), one warp per token and head"},
@@ -72,7 +72,17 @@ Variant embed_wq_variant(int64_t ggml_type, int64_t d) {
 Variant add_f32_variant() { return make_variant("add_f32", {{"t", 256}}); }
 Variant swiglu_f32_variant() { return make_variant("swiglu_f32", {{"t", 256}}); }
 Variant concat_f32_variant() { return make_variant("concat_f32", {{"t", 256}}); }
-Variant conv1d_silu_f32_variant(int64_t taps) { return make_variant("conv1d_silu_f32", {{"k", taps}, {"t", 128}}); }
+Variant conv1d_silu_f32_variant(int64_t taps, int64_t batched) {
+  return make_variant("conv1d_silu_f32", {{"k", taps}, {"b", batched}, {"t", 128}});
+}
+std::vector<KernelRange> choose_conv1d_silu_decode(int64_t taps, int64_t max_seqs) {
+  if (max_seqs < 1) throw KernelError(fmt::format("conv1d_silu: decode steps of {} sequences", max_seqs));
+  std::vector<KernelRange> out = {{1, 1, {{conv1d_silu_f32_variant(taps)}}, "one sequence: its own launch"}};
+  if (max_seqs >= 2)
+    out.push_back({2, max_seqs, {{conv1d_silu_f32_variant(taps, 1)}},
+                   "a decode step's sequences in one launch (grid.y over sequences, each its slot's window)"});
+  return out;
+}
 Variant head_rmsnorm_f32_variant(int64_t hd) { return make_variant("head_rmsnorm_f32", {{"d", hd}, {"t", 128}}); }
 Variant gated_rmsnorm_f32_variant(int64_t hd) { return make_variant("gated_rmsnorm_f32", {{"d", hd}, {"t", 128}}); }
 Variant rope_neox_f32_variant(int64_t hd, int64_t rd) {

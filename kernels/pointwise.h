@@ -7,6 +7,9 @@
 
 #include <cstdint>
 
+#include <vector>
+
+#include "kernels/choice.h"
 #include "kernels/variant.h"
 
 namespace qrig::kernels {
@@ -18,7 +21,11 @@ Variant embed_wq_variant(int64_t ggml_type, int64_t d);  // rows of a GGUF block
 Variant add_f32_variant();
 Variant swiglu_f32_variant();
 Variant concat_f32_variant();  // the MTP draft head's concat (docs/speculative.md)
-Variant conv1d_silu_f32_variant(int64_t taps);
+// batched 1: one launch over a decode step's sequences (templates/conv1d_silu_f32.cu).
+Variant conv1d_silu_f32_variant(int64_t taps, int64_t batched = 0);
+// Decode steps of 1..max_seqs sequences of one token each (the op's decode_kernel attribute): the b0 conv for one,
+// the b1 conv in one launch for 2..max_seqs.
+std::vector<KernelRange> choose_conv1d_silu_decode(int64_t taps, int64_t max_seqs);
 Variant head_rmsnorm_f32_variant(int64_t head_dim);
 Variant gated_rmsnorm_f32_variant(int64_t head_dim);
 Variant rope_neox_f32_variant(int64_t head_dim, int64_t rope_dims);

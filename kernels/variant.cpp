@@ -18,6 +18,10 @@ TemplateParam threads_param() {
 TemplateParam planes_param() {
   return {"p", "QRIG_PLANES", 1, 2, 1, "activation planes: 1 int8 q, 2 q + the residual's int8 q2 (x = d*(q + q2/254))"};
 }
+TemplateParam batched_param() {
+  return {"b", "QRIG_BATCHED", 0, 1, 1,
+          "0: one sequence per launch; 1: one launch over a decode step's sequences (one token each)"};
+}
 
 const std::vector<TemplateInfo>& template_registry() {
   static const std::vector<TemplateInfo> reg = [] {

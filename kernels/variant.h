@@ -66,5 +66,10 @@ Variant parse_variant(std::string_view name);
 TemplateParam threads_param();
 // The activation-planes parameter of the quantizer and every matmul: {"p", "QRIG_PLANES", 1..2}.
 TemplateParam planes_param();
+// The batching parameter of the kernels on a sequence's state (conv1d_silu_f32, gdn_recurrent, kv_write, attn_decode,
+// attn_merge, attn_merge_rot): {"b", "QRIG_BATCHED", 0..1}: 0 one sequence per launch, 1 one launch over all the
+// sequences of a decode step (one token each), each sequence's state, caches and position read from the step's
+// per-sequence device arrays.
+TemplateParam batched_param();
 
 }  // namespace qrig::kernels

@@ -23,10 +23,18 @@
 // The 4 warps' states are merged through shared memory at the end. n_split = 1: the CTA writes
 // out = (O / l) * sigmoid(gate); otherwise its partial (unnormalised O, max m in log2 units, sum l) goes to
 // ws_o [n_split][T][Hq][D] and ws_ml [n_split][T][Hq] for attn_merge. Keys >= pos0 + T are never read.
-// Variant: attn_decode_d<D>_g<G>_n<N>_k<KF>_v<VF>_t128. Grid: (n_split, Hkv). Static smem: 4*R*D*4 + 32*R (+ 128)
-// bytes. Arguments: q [T][Hq*D] f32, kc, vc (cache rows, k_row / v_row bytes apart), k_row, v_row, T, pos0, Hq,
-// qscale (scale * log2 e), gate, gate_row, gate_head, out [T][Hq*D], ws_o, ws_ml, keys_per_split (a multiple of
-// 32), n_split, layer (the rotation's).
+// Batched (b1, N = 1): one launch over a decode step's `seqs` sequences, one token each (grid.z = sequence z): q,
+// gate and out are row z of their [seqs][...] arrays, the caches those of the sequence's slot (kc_of / vc_of
+// [seq_slot[z]]), pos0 = seq_pos[z]; n_split is the split target, from which each sequence takes its own split
+// (qrig_decode_splits: the host's attention_split for one token), and the CTAs past its split count leave at once
+// (grid.x is the step's largest count). Partials go to ws_o [split][seqs][Hq][D], ws_ml [split][seqs][Hq] for the
+// batched attn_merge / attn_merge_rot. A CTA computes exactly what it computes in its sequence's own launch.
+// b0: kc_of, vc_of, seq_slot, seq_pos null, seqs 1.
+// Variant: attn_decode_d<D>_g<G>_n<N>_k<KF>_v<VF>_b<B>_t128. Grid: (n_split, Hkv) (b1: x seqs). Static smem:
+// 4*R*D*4 + 32*R (+ 128) bytes. Arguments: q [T][Hq*D] f32, kc, vc (cache rows, k_row / v_row bytes apart), k_row,
+// v_row, T (b1: 1), pos0, Hq, qscale (scale * log2 e), gate, gate_row, gate_head, out [T][Hq*D], ws_o, ws_ml,
+// keys_per_split (a multiple of 32; b1: unused), n_split (b1: the split target), layer (the rotation's), kc_of,
+// vc_of, seq_slot, seq_pos, seqs.
 #include "qrig_kv.cuh"
 
 static_assert(QRIG_D == 256, "attn_decode: head dim 256 (8 columns per lane over 32 lanes)");
@@ -34,6 +42,7 @@ static_assert(QRIG_G >= 1 && QRIG_N >= 1 && QRIG_G * QRIG_N <= 8, "attn_decode: 
 static_assert(QRIG_THREADS == 128, "attn_decode: the layout is for 4 warps");
 static_assert(QRIG_KF == 16 || QRIG_KF == 8 || QRIG_KF == 4 || QRIG_KF == 3, "attn_decode: k is 16, 8, 4 or 3");
 static_assert(QRIG_VF == 16 || QRIG_VF == 8 || QRIG_VF == 4 || QRIG_VF == 3, "attn_decode: v is 16, 8, 4 or 3");
+static_assert(QRIG_BATCHED == 0 || (QRIG_BATCHED == 1 && QRIG_N == 1), "attn_decode: b is 0, or 1 with n = 1");
 
 namespace {
 constexpr int D = QRIG_D, G = QRIG_G, N = QRIG_N, R = G * N, NT = QRIG_THREADS, W = NT / 32;
@@ -179,10 +188,29 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 2)
 attn_decode(const float* __restrict__ q, const unsigned char* __restrict__ kc, const unsigned char* __restrict__ vc,
             long long k_row, long long v_row, int T, int pos0, int Hq, float qscale, const float* __restrict__ gate,
             long long gate_row, long long gate_head, float* __restrict__ out, float* __restrict__ ws_o,
-            float2* __restrict__ ws_ml, int keys_per_split, int n_split, int layer) {
+            float2* __restrict__ ws_ml, int keys_per_split, int n_split, int layer,
+            const unsigned char* const* __restrict__ kc_of, const unsigned char* const* __restrict__ vc_of,
+            const int* __restrict__ seq_slot, const int* __restrict__ seq_pos, int seqs) {
   __shared__ __align__(16) float sm[W * R * D];  // q rows [R][D] during the loop, then the warps' O [W][R][D]
   __shared__ float wm[W][R], wl[W][R];
   __shared__ float cbk[16], cbv[16];  // the key and value codebooks (t4/t3)
+
+#if QRIG_BATCHED
+  const int ws_rows = seqs, ws_row0 = (int)blockIdx.z;  // the partials' rows: [split][seqs][Hq]
+  {
+    const int z = (int)blockIdx.z;
+    pos0 = seq_pos[z];
+    kc = kc_of[seq_slot[z]];
+    vc = vc_of[seq_slot[z]];
+    q += (size_t)z * Hq * D;
+    gate += (size_t)z * gate_row;
+    out += (size_t)z * Hq * D;
+    n_split = qrig_decode_splits(pos0 + T, n_split, keys_per_split);
+    if ((int)blockIdx.x >= n_split) return;  // past this sequence's keys: the whole CTA leaves
+  }
+#else
+  const int ws_rows = T, ws_row0 = 0;  // [split][T][Hq]
+#endif
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
   const int kvh = blockIdx.y, split = blockIdx.x;
@@ -365,7 +393,7 @@ attn_decode(const float* __restrict__ q, const unsigned char* __restrict__ kc, c
       out[((size_t)t * Hq + h) * D + col] =
           osum / lsum * qrig_sigmoid(gate[(size_t)t * gate_row + (size_t)h * gate_head + col]);
     } else {
-      const size_t item = ((size_t)split * T + t) * Hq + h;
+      const size_t item = ((size_t)split * ws_rows + ws_row0 + t) * Hq + h;
       ws_o[item * D + col] = osum;
       if (col == 0) {
         float2 ml;

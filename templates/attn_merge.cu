@@ -6,12 +6,17 @@
 // One CTA per (t, h, quarter of the 256 columns) (grid.x = T * Hq * 4, item-major): 16 split groups x 16 lanes
 // of 4 columns; group sg folds splits sg, sg+16, ... with its own running max, four splits' loads in flight,
 // then the 16 groups are combined through shared memory in group order (deterministic).
-// Variant: attn_merge_d<D>_t256. Arguments: ws_o [n_split][T][Hq][D], ws_ml [n_split][T][Hq] (float2 m, l),
-// n_split, T, Hq, gate, gate_row, gate_head, out [T][Hq*D].
+// Batched (b1): the partials of a batched attn_decode over T sequences of one token each: sequence t's split count
+// is its own (qrig_decode_splits of seq_pos[t] + 1 keys over split_target), n_split unused, and its CTAs leave when
+// that count is 1 (the decode kernel wrote its output); the others fold exactly what the sequence's own merge folds.
+// b0: seq_pos null.
+// Variant: attn_merge_d<D>_b<B>_t256. Arguments: ws_o [n_split][T][Hq][D], ws_ml [n_split][T][Hq] (float2 m, l),
+// n_split, T, Hq, gate, gate_row, gate_head, out [T][Hq*D], seq_pos, split_target.
 #include "qrig_attention.cuh"
 
 static_assert(QRIG_D == 256, "attn_merge: head dim 256 (4 quarters of 64 columns)");
 static_assert(QRIG_THREADS == 256, "attn_merge: 16 split groups x 16 lanes");
+static_assert(QRIG_BATCHED == 0 || QRIG_BATCHED == 1, "attn_merge: b is 0 or 1");
 
 namespace {
 constexpr int D = QRIG_D, QC = 64, NG = 16, U = 4;
@@ -19,13 +24,21 @@ constexpr int D = QRIG_D, QC = 64, NG = 16, U = 4;
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 2)
 attn_merge(const float* __restrict__ ws_o, const float2* __restrict__ ws_ml, int n_split, int T, int Hq,
-           const float* __restrict__ gate, long long gate_row, long long gate_head, float* __restrict__ out) {
+           const float* __restrict__ gate, long long gate_row, long long gate_head, float* __restrict__ out,
+           const int* __restrict__ seq_pos, int split_target) {
   __shared__ __align__(16) float so[NG][QC];
   __shared__ float sm_m[NG], sm_l[NG];
   const int tid = threadIdx.x, sg = tid >> 4, lane = tid & 15;
   const int item = (int)(blockIdx.x >> 2);  // t * Hq + h
   const int col0 = (int)(blockIdx.x & 3) * QC;
   const int t = item / Hq, h = item % Hq;
+#if QRIG_BATCHED
+  {
+    int keys_per_split;
+    n_split = qrig_decode_splits(seq_pos[t] + 1, split_target, keys_per_split);
+    if (n_split == 1) return;  // the decode kernel wrote this sequence's output
+  }
+#endif
   const size_t stride = (size_t)T * Hq;  // items per split
 
   float m = QRIG_NEG_INF, l = 0.0f;

@@ -5,13 +5,17 @@
 // A split that saw no key of a row has m_s = -inf, l_s = 0, O_s = 0 and weighs nothing; split 0 always holds key 0.
 // CPU reference: qrig::cpu::attention_gated_kv (its last step). One warp per (token t, query head h) item, lane l
 // owning columns 8l..8l+7, four splits' loads in flight; the splits are folded in order (deterministic).
-// Variant: attn_merge_rot_d<D>_t<THREADS>. Grid: ceil(T * Hq / warps per CTA). Arguments: ws_o
+// Batched (b1): the partials of a batched attn_decode over T sequences of one token each, as attn_merge's b1: each
+// sequence's own split count from seq_pos[t] + 1 keys over split_target (n_split unused), its warps leaving when it
+// is 1. b0: seq_pos null.
+// Variant: attn_merge_rot_d<D>_b<B>_t<THREADS>. Grid: ceil(T * Hq / warps per CTA). Arguments: ws_o
 // [n_split][T][Hq][D], ws_ml [n_split][T][Hq] (float2 m, l), n_split, T, Hq, G (query heads per KV head), layer,
-// gate, gate_row, gate_head, out [T][Hq*D].
+// gate, gate_row, gate_head, out [T][Hq*D], seq_pos, split_target.
 #include "qrig_kv.cuh"
 
 static_assert(QRIG_D == 256, "attn_merge_rot: head dim 256 (8 columns per lane)");
 static_assert(QRIG_THREADS % 32 == 0, "attn_merge_rot: whole warps");
+static_assert(QRIG_BATCHED == 0 || QRIG_BATCHED == 1, "attn_merge_rot: b is 0 or 1");
 
 namespace {
 constexpr int D = QRIG_D, U = 4;
@@ -20,11 +24,18 @@ constexpr int D = QRIG_D, U = 4;
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 attn_merge_rot(const float* __restrict__ ws_o, const float2* __restrict__ ws_ml, int n_split, int T, int Hq, int G,
                int layer, const float* __restrict__ gate, long long gate_row, long long gate_head,
-               float* __restrict__ out) {
+               float* __restrict__ out, const int* __restrict__ seq_pos, int split_target) {
   const int lane = threadIdx.x & 31;
   const long long item = (long long)blockIdx.x * (QRIG_THREADS / 32) + (threadIdx.x >> 5);
   if (item >= (long long)T * Hq) return;  // whole warps leave together
   const int t = (int)(item / Hq), h = (int)(item % Hq);
+#if QRIG_BATCHED
+  {
+    int keys_per_split;
+    n_split = qrig_decode_splits(seq_pos[t] + 1, split_target, keys_per_split);
+    if (n_split == 1) return;  // the decode kernel wrote this sequence's output (the warp leaves whole)
+  }
+#endif
   const size_t stride = (size_t)T * Hq;  // items per split
 
   float m = QRIG_NEG_INF, l = 0.0f, x[8];

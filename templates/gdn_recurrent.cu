@@ -15,10 +15,15 @@
 // after token t < keep the block writes its slice of S to kept + t * kept_stride (same layout as state), so a
 // rejection rolls back to any position of the step without a re-run. The token loop is the same with or without
 // it (keep = 0 in every other step), so a kept state is bit for bit the one a step ending at that token leaves.
-// Variant: gdn_recurrent_dk<DK>_dv<DV>_cw<CW>_t<T>.  Grid: (DV / (CW * T/32), Hv).
-// Arguments: mixed [n][2*Hk*DK + Hv*DV], alpha [n][Hv], beta [n][Hv], ssm_a [Hv], dt_bias [Hv], n_tokens,
-// hk, hv, state [Hv][DK][DV] (in place), out [n][Hv*DV], kept (null when keep = 0), keep (< n_tokens),
-// kept_stride (floats between two kept states, a multiple of 4, < 2^31). mixed, state, kept and out 16-byte aligned.
+// Batched (b1): one launch over a decode step's B sequences, one token each (grid.z = sequence z): mixed, alpha,
+// beta and out are row z of their [B][...] arrays, the state that of the sequence's slot, rec_of[seq_slot[z]] +
+// state_offset; each block then runs the b0 code for n_tokens = 1 (keep = 0), so each sequence gets the bits of
+// its own launch. b0: rec_of and seq_slot null.
+// Variant: gdn_recurrent_dk<DK>_dv<DV>_cw<CW>_b<B>_t<T>.  Grid: (DV / (CW * T/32), Hv) (b1: x B sequences).
+// Arguments: mixed [n][2*Hk*DK + Hv*DV], alpha [n][Hv], beta [n][Hv], ssm_a [Hv], dt_bias [Hv], n_tokens (b1: 1),
+// hk, hv, state [Hv][DK][DV] (in place; b1: null), out [n][Hv*DV], kept (null when keep = 0), keep (< n_tokens),
+// kept_stride (floats between two kept states, a multiple of 4, < 2^31), rec_of, seq_slot, state_offset (floats,
+// a multiple of 4). mixed, state, kept and out 16-byte aligned.
 #include "qrig_common.cuh"
 
 constexpr int DK = QRIG_DK, DV = QRIG_DV, CW = QRIG_CW, T = QRIG_THREADS;
@@ -33,6 +38,7 @@ static_assert(CW % 4 == 0 && (CQ == 1 || CQ == 2 || CQ == 4 || CQ == 8), "gdn_re
 static_assert(DK % 32 == 0 && DK % RG == 0, "gdn_recurrent: DK must be a multiple of 32");
 static_assert(DV % CT == 0, "gdn_recurrent: DV must be a multiple of the block's column tile");
 static_assert(T % 32 == 0 && T <= 1024, "gdn_recurrent: bad block size");
+static_assert(QRIG_BATCHED == 0 || QRIG_BATCHED == 1, "gdn_recurrent: b is 0 or 1");
 
 __device__ __forceinline__ float gdn_softplus(float x) {
   return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
@@ -53,7 +59,8 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gdn_recurrent(const float* __restrict__ mixed, const float* __restrict__ alpha, const float* __restrict__ beta,
               const float* __restrict__ ssm_a, const float* __restrict__ dt_bias, int n_tokens, int hk, int hv,
               float* __restrict__ state, float* __restrict__ out, float* __restrict__ kept, int keep,
-              int kept_stride) {
+              int kept_stride, float* const* __restrict__ rec_of, const int* __restrict__ seq_slot,
+              long long state_offset) {
   __shared__ __align__(16) float sq[TB][DK];
   __shared__ __align__(16) float sk[TB][DK];
   __shared__ __align__(16) float sv[TB][CT];
@@ -65,6 +72,16 @@ gdn_recurrent(const float* __restrict__ mixed, const float* __restrict__ alpha, 
   const int lcol = warp * CW + cq * 4;          // this thread's first column within the block tile
   const int col = blockIdx.x * CT + lcol;       // ... within the head
   const size_t conv = 2 * (size_t)hk * DK + (size_t)hv * DV;
+#if QRIG_BATCHED
+  {
+    const int z = blockIdx.z;
+    mixed += (size_t)z * conv;
+    alpha += (size_t)z * hv;
+    beta += (size_t)z * hv;
+    out += (size_t)z * hv * DV;
+    state = rec_of[seq_slot[z]] + state_offset;
+  }
+#endif
   float* S = state + (size_t)j * DK * DV + col;
 
   float4 s[RPT];

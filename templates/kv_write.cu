@@ -11,13 +11,19 @@
 //        takes the upper level), the least-squares scale <y, c> / <c, c> (sums in double); a zero vector gets
 //        the codes of level count / 2 and scale 0, a non-finite norm codes 0 and a NaN scale.
 // The padding bytes at the end of a row are not written (never read).
-// Variant: kv_write_k<KF>_v<VF>_t<THREADS>. Grid: (ceil(T * Hkv / warps per CTA), 2): y = 0 keys, 1 values.
-// Arguments: k, v [T][Hkv*256] f32, kcache, vcache (bytes), k_row_bytes, v_row_bytes, pos0, T, Hkv, layer.
+// Batched (b1): one launch over a decode step's T sequences, one token each: row t goes to position seq_pos[t] of
+// the caches of the sequence's slot, kc_of[seq_slot[t]] / vc_of[seq_slot[t]] (kcache, vcache and pos0 unused);
+// the warp's work is the b0 kernel's, so the bytes are those of one launch per sequence (k16v16 writes the bits of
+// kv_write_f16: the same rounding). b0: kc_of, vc_of, seq_slot, seq_pos null.
+// Variant: kv_write_k<KF>_v<VF>_b<B>_t<THREADS>. Grid: (ceil(T * Hkv / warps per CTA), 2): y = 0 keys, 1 values.
+// Arguments: k, v [T][Hkv*256] f32, kcache, vcache (bytes), k_row_bytes, v_row_bytes, pos0, T, Hkv, layer, kc_of,
+// vc_of, seq_slot, seq_pos.
 #include "qrig_kv.cuh"
 
 static_assert(QRIG_KF == 16 || QRIG_KF == 8 || QRIG_KF == 4 || QRIG_KF == 3, "kv_write: k is 16, 8, 4 or 3");
 static_assert(QRIG_VF == 16 || QRIG_VF == 8 || QRIG_VF == 4 || QRIG_VF == 3, "kv_write: v is 16, 8, 4 or 3");
 static_assert(QRIG_THREADS % 32 == 0, "kv_write: whole warps");
+static_assert(QRIG_BATCHED == 0 || QRIG_BATCHED == 1, "kv_write: b is 0 or 1");
 
 namespace {
 constexpr int D = 256;
@@ -124,15 +130,23 @@ __device__ __forceinline__ void write_vector(const float* __restrict__ x, unsign
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 kv_write(const float* __restrict__ k, const float* __restrict__ v, unsigned char* __restrict__ kcache,
          unsigned char* __restrict__ vcache, long long k_row_bytes, long long v_row_bytes, long long pos0, int T,
-         int Hkv, int layer) {
+         int Hkv, int layer, unsigned char* const* __restrict__ kc_of, unsigned char* const* __restrict__ vc_of,
+         const int* __restrict__ seq_slot, const int* __restrict__ seq_pos) {
   const int lane = threadIdx.x & 31;
   const long long item = (long long)blockIdx.x * (QRIG_THREADS / 32) + (threadIdx.x >> 5);
   if (item >= (long long)T * Hkv) return;  // whole warps leave together
   const int t = (int)(item / Hkv), head = (int)(item % Hkv);
   const int width = Hkv * D;
   const size_t src = ((size_t)t * Hkv + head) * D;
+#if QRIG_BATCHED
+  const long long pos = seq_pos[t];
+  kcache = kc_of[seq_slot[t]];
+  vcache = vc_of[seq_slot[t]];
+#else
+  const long long pos = pos0 + t;
+#endif
   if (blockIdx.y == 0)
-    write_vector<QRIG_KF>(k + src, kcache + (size_t)(pos0 + t) * (size_t)k_row_bytes, head, width, layer, lane);
+    write_vector<QRIG_KF>(k + src, kcache + (size_t)pos * (size_t)k_row_bytes, head, width, layer, lane);
   else
-    write_vector<QRIG_VF>(v + src, vcache + (size_t)(pos0 + t) * (size_t)v_row_bytes, head, width, layer, lane);
+    write_vector<QRIG_VF>(v + src, vcache + (size_t)pos * (size_t)v_row_bytes, head, width, layer, lane);
 }

@@ -59,3 +59,13 @@ __device__ __forceinline__ uint4 qrig_zero_u4() {
   z.x = z.y = z.z = z.w = 0u;
   return z;
 }
+
+// The split of one decode token's kv_len keys over at most `target` CTAs: keys per split a multiple of the decode
+// kernel's 32-key step (4 warps x 8 keys), and the split count. kernels::attention_split (T = 1, target =
+// ceil(decode1 / Hkv)) on the host, integer for integer: the batched decode and merge kernels (b1) compute each
+// sequence's own split with it, so a sequence is cut as its own launch would cut it.
+__device__ __forceinline__ int qrig_decode_splits(int kv_len, int target, int& keys_per_split) {
+  const int per = (kv_len + target - 1) / target;
+  keys_per_split = (per + 31) / 32 * 32;
+  return (kv_len + keys_per_split - 1) / keys_per_split;
+}

@@ -1,8 +1,12 @@
 // Pass: the kernel variants of a CUDA plan. For every op, per range of rows (a step's tokens, its output rows,
 // or one sequence's tokens for ops on a sequence's state), the variants that run it, chosen by the kernel
 // library's choice functions (kernels/) with the plan's tuning data, written as the op's `kernel` attribute
-// (ir/kernel_attr.h) and, with the cost model's reason, into the plan's kernel table (`qrig inspect`). The
-// greedy argmax and the sampling candidates' kernels are graph attributes. The runtime loads exactly these.
+// (ir/kernel_attr.h) and, with the cost model's reason, into the plan's kernel table (`qrig inspect`). The ops on a
+// sequence's state (conv1d_silu, gdn, kv_write, attention) also get a `decode_kernel` attribute in plans of several
+// sequences: per number of sequences of a decode step (one token each), what runs them: for one sequence its own
+// kernels, for 2..min(sequences, rows per call) the batched variants that run all of the step's sequences in one
+// launch (the table lists them with the shape's ", per sequences" rows). The greedy argmax and the sampling
+// candidates' kernels are graph attributes. The runtime loads exactly these.
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -95,6 +99,7 @@ void choose_kernels(CompileContext& cx) {
   const kernels::Tuning& tun = cx.tuning;
   const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;  // rows of one call (a pipeline's micro-batch)
   const int64_t P = p.precise_rows;
+  const int64_t decode_seqs = std::min(p.max_sequences, max_t);  // the most sequences a decode step holds
   ir::Graph& g = p.graph;
   Table table;
   for (ir::Op& op : g.ops) {
@@ -106,7 +111,7 @@ void choose_kernels(CompileContext& cx) {
         throw CompileError(fmt::format("{}: argument %{} has no fixed row length", op.describe(), op.args[a]));
       return t->shape.back();
     };
-    std::vector<KernelRange> ranges;
+    std::vector<KernelRange> ranges, decode;  // decode: per sequences of a decode step (decode_kernel)
     std::string shape;
     try {
       switch (op.kind) {
@@ -205,12 +210,14 @@ void choose_kernels(CompileContext& cx) {
             throw CompileError(fmt::format("{}: no [K-1][C] state", op.describe()));
           shape = fmt::format("taps {}", st->type.shape[0] + 1);
           ranges = {all_rows(max_t, kernels::conv1d_silu_f32_variant(st->type.shape[0] + 1), "one thread per channel")};
+          if (decode_seqs >= 2) decode = kernels::choose_conv1d_silu_decode(st->type.shape[0] + 1, decode_seqs);
           break;
         }
         case ir::OpKind::gdn: {
           const kernels::GdnDims d{op.i("key_heads"), op.i("value_heads"), op.i("key_dim"), op.i("value_dim")};
           shape = fmt::format("heads {}/{} dims {}/{}", d.Hk, d.Hv, d.dk, d.dv);
           ranges = kernels::choose_gdn(d, op.i("chunk"), max_t, tun);
+          if (decode_seqs >= 2) decode = kernels::choose_gdn_decode(d, op.i("chunk"), decode_seqs, tun);
           break;
         }
         case ir::OpKind::gated_rmsnorm:
@@ -230,6 +237,7 @@ void choose_kernels(CompileContext& cx) {
           const kernels::KvPair kv = op_kv_pair(op);
           ranges = {all_rows(max_t, kernels::kv_write_variant(kv),
                              "rows appended at the sequence's positions in the KV-format pass's formats")};
+          if (decode_seqs >= 2) decode = kernels::choose_kv_write_decode(kv, decode_seqs);
           break;
         }
         case ir::OpKind::attention: {
@@ -241,6 +249,7 @@ void choose_kernels(CompileContext& cx) {
               kernels::choose_attention(d, context, std::min(max_t, context), sms, tun, op_kv_pair(op));
           ranges = c.ranges;
           op.set("split_ctas", std::vector<int64_t>{c.ctas.decode1, c.ctas.decode_n, c.ctas.prefill});
+          if (decode_seqs >= 2) decode = kernels::choose_attention_decode(d, decode_seqs, op_kv_pair(op));
           break;
         }
         case ir::OpKind::gather_rows:
@@ -257,6 +266,12 @@ void choose_kernels(CompileContext& cx) {
     const auto launch = to_ir(ranges);
     op.set("kernel", ir::print_launch_ranges(launch));
     for (size_t i = 0; i < ranges.size(); ++i) table.add(ir::op_name(op.kind), shape, ranges[i], launch[i]);
+    if (!decode.empty()) {
+      const auto per_seq = to_ir(decode);
+      op.set("decode_kernel", ir::print_launch_ranges(per_seq));
+      for (size_t i = 0; i < decode.size(); ++i)
+        table.add(ir::op_name(op.kind), shape + (shape.empty() ? "" : ", ") + "per sequences", decode[i], per_seq[i]);
+    }
   }
   // What runs on the output rows: the greedy argmax and the sampling candidates (chunk select, then merge).
   g.set_attr("argmax_kernel", kernels::argmax_f32_variant().name);

@@ -10,7 +10,8 @@
 //    what would fit, and without one the most compact candidate is taken (the most context).
 // CUDA plans choose among the same pairs (f16 is their own cache; f32 has no CUDA kernels and is refused by
 // name). Their kernel pass runs before the memory pass settles the format, so applying a pair also renames the
-// cache kernels the plan names (attn_decode/attn_prefill/merge/kv_write carry the formats in their names).
+// cache kernels the plan names (attn_decode/attn_prefill/merge/kv_write carry the formats in their names), in the
+// kernel and decode_kernel attributes.
 #include <map>
 
 #include <fmt/format.h>
@@ -103,6 +104,7 @@ void apply(ir::Plan& p, KvPair pr) {
       op.set("k_format", p.k_dtype);
       op.set("v_format", p.v_dtype);
       if (op.has("kernel")) op.set("kernel", rename(ir::parse_launch_ranges(op.s("kernel"))));
+      if (op.has("decode_kernel")) op.set("decode_kernel", rename(ir::parse_launch_ranges(op.s("decode_kernel"))));
     }
   for (auto& kc : p.kernels) {  // the kernel table's rows: names between ',' and '+'
     std::string out, name;

@@ -108,8 +108,11 @@ int64_t layout_arena(ir::Plan& p, const std::string& device, int64_t context) {
     } else if (op.kind == ir::OpKind::attention && op.has("split_ctas")) {
       const kernels::AttentionDims d{op.i("heads"), op.i("kv_heads"), op.i("head_dim")};
       const auto& c = op.ints("split_ctas");
+      // A batched decode launch (decode_kernel's last range) holds every sequence's split partials at once.
+      const int64_t seqs = op.has("decode_kernel") ? ir::parse_launch_ranges(op.s("decode_kernel")).back().last : 1;
       scratch = align_up(
-          kernels::attention_workspace_bytes(d, {c.at(0), c.at(1), c.at(2)}, context, std::min(max_t, context)), kAlign);
+          kernels::attention_workspace_bytes(d, {c.at(0), c.at(1), c.at(2)}, context, std::min(max_t, context), seqs),
+          kAlign);
     }
     if (scratch > 0) op.set("scratch", std::vector<int64_t>{place(scratch, (int64_t)i, (int64_t)i), scratch});
     std::vector<int64_t> at;
@@ -282,6 +285,9 @@ void plan_memory(CompileContext& cx) {
         d.mem.arena = layout_arena(p, dev, context);
         // tokens, positions; output rows, argmax; a stage's bridge buffers (two in, two out)
         d.mem.io = 2 * max_t * 4 + 2 * max_r * 4 + 2 * max_t * bridge_width[dev] * 4;
+        // the batched decode kernels' tables: per slot its recurrent states and each graph state's cache (device
+        // pointers), and per step the slots and positions of its sequences (int32, two arrays of `slots`)
+        d.mem.io += slots * (1 + (int64_t)p.graph.states.size()) * 8 + 2 * slots * 4;
         d.mem.sampling = 0;
       } else {
         // The CPU reference keeps every value of a step.

@@ -19,8 +19,11 @@ constexpr double kLog2e = 1.4426950408889634;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-void require_variant(const LoadedKernel& k, const char* kernel, int64_t g, kernels::KvPair kv) {
+void require_variant(const LoadedKernel& k, const char* kernel, int64_t g, kernels::KvPair kv, int64_t batched = 0) {
   const bool merge = k.variant.kernel.rfind("attn_merge", 0) == 0;
+  if (k.variant.kernel != "attn_prefill" && k.variant.param("b") != batched)
+    throw KernelError(fmt::format("attention: the plan names {} where {} runs", k.variant.name,
+                                  batched ? "the batched decode kernels" : "one sequence's kernels"));
   if (k.variant.kernel != kernel || k.variant.param("d") != kernels::kAttentionHeadDim ||
       (!merge && (k.variant.param("g") != g || k.variant.param("k") != kernels::kv_format_param(kv.k) ||
                   k.variant.param("v") != kernels::kv_format_param(kv.v))))
@@ -105,7 +108,9 @@ void AttentionKernels::run(const float* q, const void* kcache, const void* vcach
     const int kps = (int)s.keys_per_split;
     if (s.n_split > INT_MAX) throw KernelError(fmt::format("attention: {} decode splits", s.n_split));
     k.kernel.launch(Dim3((unsigned)s.n_split, (unsigned)d_.Hkv), Dim3(kernels::kAttentionDecodeThreads), 0, stream, q,
-                    kc, vc, k_row, v_row, Ti, pos, Hq, qscale, gate, grow, ghead, out, ws_o, ws_ml, kps, n_split, layer);
+                    kc, vc, k_row, v_row, Ti, pos, Hq, qscale, gate, grow, ghead, out, ws_o, ws_ml, kps, n_split, layer,
+                    static_cast<const unsigned char* const*>(nullptr), static_cast<const unsigned char* const*>(nullptr),
+                    static_cast<const int*>(nullptr), static_cast<const int*>(nullptr), 1);
   } else {
     const int64_t blocks = ceil_div(T, kernels::kAttentionPrefillRows / group_) * s.n_split;
     if (blocks > INT_MAX) throw KernelError(fmt::format("attention: {} prefill blocks", blocks));
@@ -118,11 +123,11 @@ void AttentionKernels::run(const float* q, const void* kcache, const void* vcach
       const int64_t per = kernels::kAttentionMergeRotThreads / 32;
       r->merge.kernel.launch(Dim3((unsigned)ceil_div(T * d_.Hq, per)), Dim3(kernels::kAttentionMergeRotThreads), 0,
                              stream, static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), n_split, Ti, Hq,
-                             (int)group_, layer, gate, grow, ghead, out);
+                             (int)group_, layer, gate, grow, ghead, out, static_cast<const int*>(nullptr), 0);
     } else {
       r->merge.kernel.launch(Dim3((unsigned)(T * d_.Hq * 4)), Dim3(kernels::kAttentionMergeThreads), 0, stream,
                              static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), n_split, Ti, Hq, gate,
-                             grow, ghead, out);
+                             grow, ghead, out, static_cast<const int*>(nullptr), 0);
     }
   }
 }
@@ -137,6 +142,7 @@ void launch_kv_write(const LoadedKernel& k, const float* kin, const float* vin, 
   require_kernel(k, "kv_write");
   if (k.variant.param("k") != kernels::kv_format_param(kv.k) || k.variant.param("v") != kernels::kv_format_param(kv.v))
     throw KernelError(fmt::format("{} does not write {} caches", k.variant.name, kernels::kv_pair_name(kv)));
+  if (k.variant.param("b") != 0) throw KernelError(fmt::format("{}: a batched variant (launch_kv_write_batched)", k.variant.name));
   require_aligned(kin, 16, k, "k");
   require_aligned(vin, 16, k, "v");
   require_aligned(kcache, 16, k, "kcache");
@@ -150,7 +156,111 @@ void launch_kv_write(const LoadedKernel& k, const float* kin, const float* vin, 
   const int64_t per = k.variant.threads() / 32;
   k.kernel.launch(Dim3((unsigned)ceil_div(T * Hkv, per), 2), Dim3((unsigned)k.variant.threads()), 0, s, kin, vin,
                   static_cast<unsigned char*>(kcache), static_cast<unsigned char*>(vcache), kr, vr, (long long)pos0,
-                  (int)T, (int)Hkv, (int)layer);
+                  (int)T, (int)Hkv, (int)layer, static_cast<unsigned char* const*>(nullptr),
+                  static_cast<unsigned char* const*>(nullptr), static_cast<const int*>(nullptr),
+                  static_cast<const int*>(nullptr));
+}
+
+void launch_kv_write_batched(const LoadedKernel& k, const float* kin, const float* vin, void* const* kc_of,
+                             void* const* vc_of, const int32_t* seq_slot, const int32_t* seq_pos, int64_t seqs,
+                             int64_t W, int64_t layer, kernels::KvPair kv, StreamHandle s) {
+  require_kernel(k, "kv_write");
+  if (k.variant.param("k") != kernels::kv_format_param(kv.k) || k.variant.param("v") != kernels::kv_format_param(kv.v))
+    throw KernelError(fmt::format("{} does not write {} caches", k.variant.name, kernels::kv_pair_name(kv)));
+  if (k.variant.param("b") != 1) throw KernelError(fmt::format("{}: not a batched variant (launch_kv_write)", k.variant.name));
+  require_aligned(kin, 16, k, "k");
+  require_aligned(vin, 16, k, "v");
+  require_aligned(kc_of, 8, k, "kc_of");
+  require_aligned(vc_of, 8, k, "vc_of");
+  require_aligned(seq_slot, 4, k, "seq_slot");
+  require_aligned(seq_pos, 4, k, "seq_pos");
+  if (W <= 0 || W % kernels::kAttentionHeadDim)
+    throw KernelError(fmt::format("{}: rows of {} values are not whole head vectors of 256", k.variant.name, W));
+  const int64_t Hkv = W / kernels::kAttentionHeadDim;
+  if (seqs <= 0 || seqs * Hkv > INT_MAX / 2 || layer < 0 || layer > 1000000)
+    throw KernelError(fmt::format("{}: {} sequences, Hkv = {}, layer = {}", k.variant.name, seqs, Hkv, layer));
+  const long long kr = kernels::kv_row_bytes(kv.k, W, false), vr = kernels::kv_row_bytes(kv.v, W, false);
+  const int64_t per = k.variant.threads() / 32;
+  k.kernel.launch(Dim3((unsigned)ceil_div(seqs * Hkv, per), 2), Dim3((unsigned)k.variant.threads()), 0, s, kin, vin,
+                  static_cast<unsigned char*>(nullptr), static_cast<unsigned char*>(nullptr), kr, vr, 0LL, (int)seqs,
+                  (int)Hkv, (int)layer, reinterpret_cast<unsigned char* const*>(kc_of),
+                  reinterpret_cast<unsigned char* const*>(vc_of), reinterpret_cast<const int*>(seq_slot),
+                  reinterpret_cast<const int*>(seq_pos));
+}
+
+BatchedDecodeAttention::BatchedDecodeAttention(const KernelLoader& load, const AttentionDims& d, int64_t context,
+                                               const kernels::AttentionCtas& ctas, const std::string& decode,
+                                               const std::string& merge, kernels::KvPair kv, int64_t layer)
+    : d_(d), context_(context), ctas_(ctas), kv_(kv), layer_(layer),
+      decode_(load(parse_variant(decode))), merge_(load(parse_variant(merge))) {
+  group_ = kernels::attention_group(d);
+  if (layer < 0 || layer > 1000000) throw KernelError(fmt::format("attention: layer {}", layer));
+  if (context <= 0 || context > INT_MAX / 2) throw KernelError(fmt::format("attention: context {}", context));
+  if (ctas.decode1 <= 0) throw KernelError("attention: the plan's split CTAs must be positive");
+  require_variant(decode_, "attn_decode", group_, kv, 1);
+  require_variant(merge_, kernels::attn_merge_for(kv.v).kernel.c_str(), group_, kv, 1);
+  if (decode_.variant.param("n") != 1) throw KernelError(fmt::format("attention: {} is not a one-token kernel", decode));
+  target_ = kernels::attention_decode_split_target(d, ctas);
+}
+
+void BatchedDecodeAttention::run(const float* q, const void* const* kc_of, const void* const* vc_of,
+                                 const int32_t* seq_slot, const int32_t* seq_pos, const std::vector<int64_t>& pos,
+                                 float scale, const float* gate, int64_t gate_row_stride, int64_t gate_head_stride,
+                                 float* out, void* workspace, StreamHandle stream) const {
+  const int64_t seqs = (int64_t)pos.size();
+  if (seqs <= 0 || seqs > 65535) throw KernelError(fmt::format("attention: a batched step of {} sequences", seqs));
+  if (!std::isfinite(scale)) throw KernelError("attention: the scale is not finite");
+  if (gate_row_stride < 0 || gate_head_stride < 0)
+    throw KernelError(fmt::format("attention: gate strides {} and {}", gate_row_stride, gate_head_stride));
+  require_aligned(q, 16, "attention", "q");
+  require_aligned(gate, 4, "attention", "gate");
+  require_aligned(out, 16, "attention", "out");
+  require_aligned(kc_of, 8, "attention", "kc_of");
+  require_aligned(vc_of, 8, "attention", "vc_of");
+  require_aligned(seq_slot, 4, "attention", "seq_slot");
+  require_aligned(seq_pos, 4, "attention", "seq_pos");
+  if (out == q) throw KernelError("attention: out must not alias q");
+  if (seqs * d_.Hq * 4 > INT_MAX) throw KernelError(fmt::format("attention: {} sequences x {} heads", seqs, d_.Hq));
+  // The grid covers the most splits any sequence has (a count that does not grow with the keys everywhere: at
+  // 32 * target keys the split widens and the count drops), the merge runs when one has more than one.
+  int64_t most = 1;
+  for (int64_t p : pos) {
+    if (p < 0 || p + 1 > context_)
+      throw KernelError(fmt::format("attention: a token at position {} with a context of {}", p, context_));
+    most = std::max(most, kernels::attention_split(d_, ctas_, 1, p + 1, true).n_split);
+  }
+  float* ws_o = nullptr;
+  float* ws_ml = nullptr;
+  if (most > 1) {
+    require_aligned(workspace, 256, "attention", "workspace");
+    ws_o = static_cast<float*>(workspace);
+    const size_t items = (size_t)target_ * (size_t)seqs * (size_t)d_.Hq;  // [split][seqs][Hq], as the kernels index
+    ws_ml = reinterpret_cast<float*>(static_cast<char*>(workspace) + (items * (size_t)d_.hd * sizeof(float) + 255) / 256 * 256);
+  }
+  const long long k_row = kernels::kv_row_bytes(kv_.k, d_.Hkv * d_.hd, false);
+  const long long v_row = kernels::kv_row_bytes(kv_.v, d_.Hkv * d_.hd, false);
+  const float qscale = (float)(scale * kLog2e);
+  const int Hq = (int)d_.Hq, layer = (int)layer_, target = (int)target_, n = (int)seqs;
+  const long long grow = gate_row_stride, ghead = gate_head_stride;
+  const auto* kc = reinterpret_cast<const unsigned char* const*>(kc_of);
+  const auto* vc = reinterpret_cast<const unsigned char* const*>(vc_of);
+  const int* slot = reinterpret_cast<const int*>(seq_slot);
+  const int* at = reinterpret_cast<const int*>(seq_pos);
+  decode_.kernel.launch(Dim3((unsigned)most, (unsigned)d_.Hkv, (unsigned)seqs), Dim3(kernels::kAttentionDecodeThreads), 0,
+                        stream, q, static_cast<const unsigned char*>(nullptr), static_cast<const unsigned char*>(nullptr),
+                        k_row, v_row, 1, 0, Hq, qscale, gate, grow, ghead, out, ws_o, ws_ml, 0, target, layer, kc, vc,
+                        slot, at, n);
+  if (most == 1) return;
+  if (kernels::kv_format_rotated(kv_.v)) {
+    const int64_t per = kernels::kAttentionMergeRotThreads / 32;
+    merge_.kernel.launch(Dim3((unsigned)ceil_div(seqs * d_.Hq, per)), Dim3(kernels::kAttentionMergeRotThreads), 0, stream,
+                         static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), target, n, Hq, (int)group_,
+                         layer, gate, grow, ghead, out, at, target);
+  } else {
+    merge_.kernel.launch(Dim3((unsigned)(seqs * d_.Hq * 4)), Dim3(kernels::kAttentionMergeThreads), 0, stream,
+                         static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), target, n, Hq, gate, grow,
+                         ghead, out, at, target);
+  }
 }
 
 }  // namespace qrig::cuda

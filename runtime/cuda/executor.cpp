@@ -128,8 +128,21 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
   cuda::copy_to_device_async(m.tokens_dev.data(), tok.data(), (size_t)T * 4, st, "step tokens");
   cuda::copy_to_device_async(m.pos_dev.data(), pos.data(), (size_t)T * 4, st, "step positions");
   if (R > 0) cuda::copy_to_device_async(m.rows_dev.data(), out_rows.data(), (size_t)R * 4, st, "step rows");
+  // A decode step of several sequences: their slots and positions for the batched kernels (decode_seq, read by the
+  // launches of this step or by the graph replayed for it).
+  const bool decode = std::all_of(batch.begin(), batch.end(), [](const StepInput& in) { return in.tokens.size() == 1; });
+  std::vector<int32_t> seq;
+  if (decode && batch.size() >= 2) {
+    const size_t n = m.slots.size();
+    seq.assign(2 * n, 0);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      seq[k] = batch[k].slot;
+      seq[n + k] = (int32_t)m.slot(batch[k].slot).n_past;
+    }
+    cuda::copy_to_device_async(m.decode_seq.data(), seq.data(), seq.size() * 4, st, "decode step's slots and positions");
+  }
 
-  const StepCx cx{m, batch, offset, out_rows, keep, T, R, st};
+  const StepCx cx{m, batch, offset, out_rows, keep, T, R, st, decode};
   // A stage's incoming rows, from the bridge buffer the boundary filled, into the bridge op's place.
   if (m.bridge_in_step >= 0)
     cuda::copy_on_device(m.steps[(size_t)m.bridge_in_step].out[0], m.bridge_in[stage_buf].data(),
@@ -154,7 +167,6 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
     }
   };
   try {
-    const bool decode = std::all_of(batch.begin(), batch.end(), [](const StepInput& in) { return in.tokens.size() == 1; });
     if (m.use_graphs && decode && !tap) {
       std::vector<int32_t> key;
       for (const StepInput& in : batch) key.push_back(in.slot);

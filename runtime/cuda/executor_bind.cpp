@@ -93,7 +93,7 @@ void CudaExecutor::Impl::bind() {
   allocated += layout.arena_bytes;
   vocab_rows = layout.vocab_rows;
   KernelBinder kb{plan, *graph, [this](const std::string& name) { return load(name); }, loader(), matmuls, gdns,
-                  attentions, steps};
+                  attentions, batched_attentions, steps};
   steps.reserve(graph->ops.size());
   for (size_t i = 0; i < graph->ops.size(); ++i) {
     const BoundOp& b = graph->ops[i];
@@ -132,6 +132,10 @@ void CudaExecutor::Impl::bind() {
   pos_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)layout.max_t, "step positions");
   rows_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)layout.max_r, "step output rows");
   argmax_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)layout.max_r, "argmax");
+  decode_tables = cuda::DeviceBuffer<uint64_t>(opt.device, (size_t)(layout.slots * (1 + (int64_t)graph->states.size())),
+                                               "batched decode tables (state and cache pointers per slot)");
+  decode_seq = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)(2 * layout.slots), "decode step's slots and positions");
+  decode_seq.fill_bytes(0);
   allocated += layout.io_bytes;
 
   for (int64_t i = 0; i < layout.slots; ++i) {
@@ -154,6 +158,16 @@ void CudaExecutor::Impl::bind() {
     }
     allocated += layout.slot_bytes;
     slots.push_back(std::move(sl));
+  }
+  {  // the batched decode kernels' tables: each slot's recurrent-state image and caches
+    const size_t n = slots.size();
+    std::vector<uint64_t> t(n * (1 + graph->states.size()), 0);
+    for (size_t i = 0; i < n; ++i) {
+      t[i] = reinterpret_cast<uint64_t>(slots[i].rec.data());
+      for (size_t k = 0; k < graph->states.size(); ++k)
+        t[(1 + k) * n + i] = reinterpret_cast<uint64_t>(slots[i].cache[k].data());
+    }
+    decode_tables.upload(t);
   }
   if (allocated != layout.total())
     throw RuntimeError(fmt::format("CUDA executor: allocated {} bytes where the layout says {} (a bug)", allocated,

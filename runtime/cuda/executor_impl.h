@@ -52,9 +52,18 @@ struct CudaStep {
   const double* inv_freq = nullptr;             // rope
   int64_t taps = 0;                             // conv
   float eps = 0.0f;
+  // Ops on a sequence's state (conv1d_silu, gdn, kv_write, attention): the plan's decode_kernel attribute, per
+  // number of sequences of a decode step (one token each): whether that many run as one batched launch, and its
+  // kernel (conv, gdn, kv_write) or kernel pair (attention); empty: every sequence runs on its own.
+  std::vector<ir::LaunchRange> decode_ranges;
+  std::vector<bool> decode_batched;
+  std::vector<const cuda::LoadedKernel*> decode_kernel_of_range;          // null for attention
+  std::vector<const cuda::BatchedDecodeAttention*> decode_att_of_range;  // attention's batched ranges
 
   // The single kernel of a range-dependent single-kernel op for n rows (throws RuntimeError outside).
   const cuda::LoadedKernel& kernel_for(int64_t n) const;
+  // The index of the decode_kernel range that runs a decode step of n sequences batched, or -1 (per sequence).
+  int batched_range_for(int64_t n) const;
 };
 
 struct Slot {
@@ -92,6 +101,7 @@ struct CudaExecutor::Impl {
   std::vector<std::unique_ptr<cuda::MatmulKernels>> matmuls;
   std::vector<std::unique_ptr<cuda::GdnKernels>> gdns;
   std::vector<std::unique_ptr<cuda::AttentionKernels>> attentions;
+  std::vector<std::unique_ptr<cuda::BatchedDecodeAttention>> batched_attentions;
   const cuda::LoadedKernel* argmax = nullptr;
   std::unique_ptr<cuda::TopKSelector> top_k;  // sampling candidates of the last step's output rows
   int64_t last_rows = 0;                      // output rows of the last step (their logits are on the device)
@@ -111,6 +121,18 @@ struct CudaExecutor::Impl {
   std::vector<float*> f32_of;   // per value id: its f32 place in the arena (bind)
   std::vector<Q8Value> q8_of;   // per value id: its q8 place
   cuda::DeviceBuffer<int32_t> tokens_dev, pos_dev, rows_dev, argmax_dev;
+  // The batched decode kernels' tables (fixed buffers, so a replayed graph reads each step's contents):
+  // decode_tables [slots] each slot's recurrent-state image, then per graph state [slots] its caches (device
+  // pointers, null where a state has none on this stage), written at bind; decode_seq the step's slots [slots], then
+  // their positions [slots], written before a decode step of several sequences runs.
+  cuda::DeviceBuffer<uint64_t> decode_tables;
+  cuda::DeviceBuffer<int32_t> decode_seq;
+  float* const* rec_table() const { return reinterpret_cast<float* const*>(decode_tables.data()); }
+  void* const* cache_table(int state) const {
+    return reinterpret_cast<void* const*>(decode_tables.data() + (size_t)(1 + state) * slots.size());
+  }
+  const int32_t* seq_slots() const { return decode_seq.data(); }
+  const int32_t* seq_positions() const { return decode_seq.data() + slots.size(); }
   int64_t vocab_rows = 0;
 
   // Decode-step graphs by shape: the slots of the step, then -1, then its output rows.
@@ -148,6 +170,7 @@ struct KernelBinder {
   std::vector<std::unique_ptr<cuda::MatmulKernels>>& matmuls;
   std::vector<std::unique_ptr<cuda::GdnKernels>>& gdns;
   std::vector<std::unique_ptr<cuda::AttentionKernels>>& attentions;
+  std::vector<std::unique_ptr<cuda::BatchedDecodeAttention>>& batched_attentions;
   std::vector<CudaStep>& steps;
 };
 
@@ -160,6 +183,7 @@ struct StepCx {
   const std::vector<int64_t>& keep;    // per input: recurrent states kept after its first keep tokens (a verify step)
   int64_t T, R;
   cuda::StreamHandle stream;
+  bool decode;                         // every input has one token (decode_seq holds their slots and positions)
 };
 void bind_op_kernels(KernelBinder& kb, CudaStep& s);
 void bind_op_resources(CudaExecutor::Impl& m, CudaStep& s);

@@ -20,6 +20,12 @@ const cuda::LoadedKernel& CudaStep::kernel_for(int64_t n) const {
   throw RuntimeError(fmt::format("{}: {} rows, outside the plan's kernel ranges", b->op->describe(), n));
 }
 
+int CudaStep::batched_range_for(int64_t n) const {
+  for (size_t i = 0; i < decode_ranges.size(); ++i)
+    if (n >= decode_ranges[i].first && n <= decode_ranges[i].last) return decode_batched[i] ? (int)i : -1;
+  return -1;
+}
+
 namespace {
 
 using ir::OpKind;
@@ -73,6 +79,57 @@ void check_planes(const KernelBinder& kb, const CudaStep& s, const cuda::MatmulK
 
 // The embedding's kernel follows the table's type: embed_q8_0, or embed_wq for the other block types (its launcher
 // checks the table is of the variant's type).
+// The op's decode_kernel attribute (choose_kernels.cpp): one sequence runs the kernels its `kernel` attribute names
+// for one token (its own launches), 2 or more sequences the batched variants (b1) of `kernel`, checked here: conv
+// taps, the KV write's formats; gdn and attention check their dims in their launcher / kernel set.
+kernels::KvPair cache_pair(const KernelBinder& kb, const CudaStep& s);
+void bind_decode(KernelBinder& kb, CudaStep& s, const char* kernel) {
+  const ir::Op& op = *s.b->op;
+  if (!op.has("decode_kernel")) return;
+  s.decode_ranges = ir::parse_launch_ranges(op.s("decode_kernel"));
+  const bool att = s.b->kind == OpKind::attention;
+  const std::vector<ir::LaunchRange> own = ir::parse_launch_ranges(op.s("kernel"));
+  for (const ir::LaunchRange& r : s.decode_ranges) {
+    if (r.parts.size() != 1 || r.parts[0].size() != (att ? 2u : 1u))
+      throw RuntimeError(fmt::format("{}: decode_kernel {}-{} must name {}", op.describe(), r.first, r.last,
+                                     att ? "a decode kernel and its merge" : "one kernel"));
+    const std::vector<std::string>& names = r.parts[0];
+    const bool batched = r.first >= 2;
+    if (!batched) {  // one sequence: its own kernels, as `kernel` names them for one token
+      const ir::LaunchRange* one = ir::launch_range_for(own, 1);
+      if (r.last != 1 || !one || one->parts.size() != 1 || one->parts[0] != names)
+        throw RuntimeError(fmt::format("{}: decode_kernel for one sequence must name the kernels of one token",
+                                       op.describe()));
+      s.decode_batched.push_back(false);
+      s.decode_kernel_of_range.push_back(nullptr);
+      s.decode_att_of_range.push_back(nullptr);
+      continue;
+    }
+    s.decode_batched.push_back(true);
+    if (att) {
+      const cuda::AttentionDims d{op.i("heads"), op.i("kv_heads"), op.i("head_dim")};
+      const auto c = op.ints("split_ctas");
+      kb.batched_attentions.push_back(std::make_unique<cuda::BatchedDecodeAttention>(
+          kb.loader, d, kb.plan.context_length, kernels::AttentionCtas{c.at(0), c.at(1), c.at(2)}, names[0], names[1],
+          cache_pair(kb, s), op.i("layer")));
+      s.decode_kernel_of_range.push_back(nullptr);
+      s.decode_att_of_range.push_back(kb.batched_attentions.back().get());
+      continue;
+    }
+    const cuda::LoadedKernel* k = kb.load(names[0]);
+    if (k->variant.kernel != kernel || k->variant.param("b") != 1)
+      throw RuntimeError(fmt::format("{}: decode steps of {}-{} sequences name {}, not a batched {}", op.describe(),
+                                     r.first, r.last, k->variant.name, kernel));
+    if (s.b->kind == OpKind::conv1d_silu && k->variant.param("k") != s.taps)
+      throw RuntimeError(fmt::format("{}: {} does not have {} taps", op.describe(), k->variant.name, s.taps));
+    if (s.b->kind == OpKind::kv_write && k->variant != kernels::kv_write_batched_variant(cache_pair(kb, s)))
+      throw RuntimeError(fmt::format("{}: the plan names {} for {} caches", op.describe(), k->variant.name,
+                                     kernels::kv_pair_name(cache_pair(kb, s))));
+    s.decode_kernel_of_range.push_back(k);
+    s.decode_att_of_range.push_back(nullptr);
+  }
+}
+
 void kernels_embed(KernelBinder& kb, CudaStep& s) {
   bind_ranges(s);
   const bool wq = !s.ranges.empty() && !s.ranges[0].parts.empty() && !s.ranges[0].parts[0].empty() &&
@@ -134,6 +191,7 @@ void kernels_conv(KernelBinder& kb, CudaStep& s) {
   for (const auto* k : s.kernel_of_range)
     if (k->variant.param("k") != s.taps)
       throw RuntimeError(fmt::format("{}: {} does not have {} taps", s.b->op->describe(), k->variant.name, s.taps));
+  bind_decode(kb, s, "conv1d_silu_f32");
 }
 void kernels_gdn(KernelBinder& kb, CudaStep& s) {
   bind_ranges(s);
@@ -143,6 +201,7 @@ void kernels_gdn(KernelBinder& kb, CudaStep& s) {
   s.gdn = kb.gdns.back().get();
   if (kb.graph.states.at((size_t)s.b->state).elements != d.Hv * d.dk * d.dv)
     throw RuntimeError(fmt::format("{}: state size does not match the heads", op.describe()));
+  bind_decode(kb, s, "gdn_recurrent");
 }
 void kernels_gated_rmsnorm(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "gated_rmsnorm_f32"); }
 void kernels_head_rmsnorm(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "head_rmsnorm_f32"); }
@@ -159,6 +218,7 @@ void kernels_kv_write(KernelBinder& kb, CudaStep& s) {
     if (k->variant != kernels::kv_write_variant(kv))
       throw RuntimeError(fmt::format("{}: the plan names {} for {} caches", s.b->op->describe(), k->variant.name,
                                      kernels::kv_pair_name(kv)));
+  bind_decode(kb, s, "kv_write");
 }
 std::vector<int64_t> offsets(const ir::Op& op, const char* key, size_t n) {
   if (!op.has(key)) throw RuntimeError(fmt::format("{}: no {} attribute (recompile the plan)", op.describe(), key));
@@ -178,6 +238,7 @@ void kernels_attention(KernelBinder& kb, CudaStep& s) {
   for (int st : {s.b->k_state, s.b->v_state})
     if (kb.graph.states.at((size_t)st).row_width != d.Hkv * d.hd)
       throw RuntimeError(fmt::format("{}: cache width does not match the heads", op.describe()));
+  bind_decode(kb, s, "attn_decode");
 }
 void kernels_none(KernelBinder&, CudaStep&) {}
 // The MTP draft graph's [enorm(e) ; hnorm(h)] (docs/speculative.md).
@@ -308,8 +369,9 @@ void res_attention(Impl& m, CudaStep& s) {
   const ir::Op& op = *s.b->op;
   const cuda::AttentionDims d{op.i("heads"), op.i("kv_heads"), op.i("head_dim")};
   const auto c = op.ints("split_ctas");
+  const int64_t seqs = s.decode_ranges.empty() ? 1 : s.decode_ranges.back().last;  // a batched decode's partials
   const int64_t need = kernels::attention_workspace_bytes(d, {c.at(0), c.at(1), c.at(2)}, m.plan.context_length,
-                                                          std::min(m.layout.max_t, m.plan.context_length));
+                                                          std::min(m.layout.max_t, m.plan.context_length), seqs);
   if (need > 0 && scratch_bytes(s) < need)
     throw RuntimeError(fmt::format("{}: its scratch is smaller than the {} bytes of split partials", op.describe(), need));
 }
@@ -423,9 +485,55 @@ void run_concat(const StepCx& c, const CudaStep& s) {
 // The receiving side of a bridge: the stage's step copied the rows in from its bridge buffer before any op ran
 // (outside CUDA graphs: the buffer alternates between steps), so nothing is left to launch.
 void run_bridge(const StepCx&, const CudaStep&) {}
-// Ops on a sequence's own state: once per input of the step, on its rows.
+// A decode step of several sequences (one token each, row k = sequence k) where the plan runs them batched: one
+// launch (attention: decode, then merge) over all of them, each sequence's slot and position read from decode_seq.
+void run_batched(const StepCx& c, const CudaStep& s, int range) {
+  Impl& m = c.m;
+  const int64_t B = (int64_t)c.batch.size();
+  const ir::Op& op = *s.b->op;
+  switch (s.b->kind) {
+    case OpKind::conv1d_silu: {
+      const int64_t w = m.graph->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
+      cuda::launch_conv1d_silu_batched(*s.decode_kernel_of_range[(size_t)range], f32_in(c, s, 0), B, w, s.vec,
+                                       m.rec_table(), m.seq_slots(), so, s.out[0], c.stream);
+      break;
+    }
+    case OpKind::gdn: {
+      const cuda::GdnDims d{op.i("key_heads"), op.i("value_heads"), op.i("key_dim"), op.i("value_dim")};
+      cuda::launch_gdn_recurrent_batched(*s.decode_kernel_of_range[(size_t)range], d, f32_in(c, s, 0), f32_in(c, s, 1),
+                                         f32_in(c, s, 2), s.ssm_a, s.dt_bias, B, m.rec_table(), m.seq_slots(),
+                                         m.layout.state_offset[(size_t)s.b->state], s.out[0], c.stream);
+      break;
+    }
+    case OpKind::kv_write: {
+      const kernels::KvPair kv{cuda::cache_format(m.graph->states[(size_t)s.b->k_state]),
+                               cuda::cache_format(m.graph->states[(size_t)s.b->v_state])};
+      cuda::launch_kv_write_batched(*s.decode_kernel_of_range[(size_t)range], f32_in(c, s, 0), f32_in(c, s, 1),
+                                    m.cache_table(s.b->k_state), m.cache_table(s.b->v_state), m.seq_slots(),
+                                    m.seq_positions(), B, m.graph->states[(size_t)s.b->k_state].row_width,
+                                    op.i("layer"), kv, c.stream);
+      break;
+    }
+    case OpKind::attention: {
+      std::vector<int64_t> pos((size_t)B);
+      for (size_t k = 0; k < c.batch.size(); ++k) pos[k] = m.slot(c.batch[k].slot).n_past;
+      s.decode_att_of_range[(size_t)range]->run(f32_in(c, s, 0), m.cache_table(s.b->k_state),
+                                                m.cache_table(s.b->v_state), m.seq_slots(), m.seq_positions(), pos,
+                                                (float)op.f("scale"), f32_in(c, s, 1) + op.i("gate_offset"),
+                                                m.graph->width(s.b->args[1]), op.i("gate_head_stride"), s.out[0],
+                                                s.scratch, c.stream);
+      break;
+    }
+    default: throw RuntimeError(op.describe() + ": not a per-sequence op");
+  }
+}
+
+// Ops on a sequence's own state: once per input of the step, on its rows (or, in a decode step the plan batches,
+// once over all of them).
 void run_per_sequence(const StepCx& c, const CudaStep& s) {
   Impl& m = c.m;
+  if (c.decode && c.batch.size() >= 2)
+    if (const int r = s.batched_range_for((int64_t)c.batch.size()); r >= 0) return run_batched(c, s, r);
   for (size_t k = 0; k < c.batch.size(); ++k) {
     Slot& sl = m.slot(c.batch[k].slot);
     const int64_t off = c.offset[k], nt = (int64_t)c.batch[k].tokens.size();
@@ -544,6 +652,7 @@ std::vector<std::string> kernels_loaded_by(const ir::Plan& plan) {
   std::vector<std::unique_ptr<cuda::MatmulKernels>> matmuls;
   std::vector<std::unique_ptr<cuda::GdnKernels>> gdns;
   std::vector<std::unique_ptr<cuda::AttentionKernels>> attentions;
+  std::vector<std::unique_ptr<cuda::BatchedDecodeAttention>> batched_attentions;
   std::vector<CudaStep> steps(graph.ops.size());
   // A loader without a GPU: the variant alone (the kernel sets read only its parameters before a launch).
   auto fake = [&](const std::string& name) -> const cuda::LoadedKernel* {
@@ -553,7 +662,7 @@ std::vector<std::string> kernels_loaded_by(const ir::Plan& plan) {
     return k.get();
   };
   KernelBinder kb{plan, graph, fake, [&](const cuda::Variant& v) { return *fake(v.name); }, matmuls, gdns, attentions,
-                  steps};
+                  batched_attentions, steps};
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     steps[i].b = &graph.ops[i];
     bind_op_kernels(kb, steps[i]);

@@ -21,6 +21,8 @@ void require_variant(const LoadedKernel& k, const char* kernel, const GdnDims& d
     throw KernelError(fmt::format("gdn: {} does not match chunk length {}", v.name, chunk));
   bool ok = true;
   if (v.kernel == "gdn_recurrent") ok = kernels::gdn_recurrent_tiling_ok(d, v.param("cw"), v.threads());
+  if (v.kernel == "gdn_recurrent" && v.param("b") != 0)
+    throw KernelError(fmt::format("gdn: {} is the batched decode kernel, not one sequence's", v.name));
   if (v.kernel == "gdn_chunk_prep") ok = v.threads() == 256;
   if (v.kernel == "gdn_chunk_scan") ok = kernels::gdn_scan_tiling_ok(d, chunk, v.param("ct"), v.threads());
   if (!ok) throw KernelError(fmt::format("gdn: {} is not a valid tiling for dk={} dv={}", v.name, d.dk, d.dv));
@@ -86,7 +88,8 @@ void GdnKernels::run(const float* mixed, const float* alpha, const float* beta, 
     float* kept_arg = keep > 0 ? kept : nullptr;
     k.kernel.launch(Dim3((unsigned)(d_.dv / cols), (unsigned)hv), Dim3((unsigned)k.variant.threads()), 0, stream,
                     mixed, alpha, beta, ssm_a, dt_bias, n, hk, hv, state, out, kept_arg, (int)keep,
-                    (int)(keep > 0 ? kept_stride : 0));
+                    (int)(keep > 0 ? kept_stride : 0), static_cast<float* const*>(nullptr),
+                    static_cast<const int*>(nullptr), 0LL);
     return;
   }
   require_aligned(workspace, 256, "gdn", "workspace");
@@ -99,6 +102,33 @@ void GdnKernels::run(const float* mixed, const float* alpha, const float* beta, 
   const float* cws = ws;
   scan.kernel.launch(Dim3((unsigned)(d_.dv / scan.variant.param("ct")), (unsigned)hv),
                      Dim3((unsigned)scan.variant.threads()), 0, stream, mixed, n, hk, hv, cws, state, out);
+}
+
+void launch_gdn_recurrent_batched(const LoadedKernel& k, const GdnDims& d, const float* mixed, const float* alpha,
+                                  const float* beta, const float* ssm_a, const float* dt_bias, int64_t seqs,
+                                  float* const* rec_of, const int32_t* seq_slot, int64_t state_offset, float* out,
+                                  StreamHandle stream) {
+  const Variant& v = k.variant;
+  if (v.kernel != "gdn_recurrent" || v.param("b") != 1)
+    throw KernelError(fmt::format("gdn: {} is not the batched recurrent kernel", v.name));
+  if (v.param("dk") != d.dk || v.param("dv") != d.dv || !kernels::gdn_recurrent_tiling_ok(d, v.param("cw"), v.threads()))
+    throw KernelError(fmt::format("gdn: {} does not match dk={} dv={}", v.name, d.dk, d.dv));
+  if (seqs <= 0 || seqs > 65535) throw KernelError(fmt::format("gdn: a batched step of {} sequences", seqs));
+  if (state_offset < 0 || state_offset % 4)
+    throw KernelError(fmt::format("gdn: state offset {} (a multiple of 4 floats)", state_offset));
+  require_aligned(mixed, 16, "gdn", "mixed");
+  require_aligned(alpha, 4, "gdn", "alpha");
+  require_aligned(beta, 4, "gdn", "beta");
+  require_aligned(ssm_a, 4, "gdn", "ssm_a");
+  require_aligned(dt_bias, 4, "gdn", "dt_bias");
+  require_aligned(out, 16, "gdn", "out");
+  require_aligned(rec_of, 8, "gdn", "rec_of");
+  require_aligned(seq_slot, 4, "gdn", "seq_slot");
+  const int64_t cols = v.param("cw") * (v.threads() / 32);
+  k.kernel.launch(Dim3((unsigned)(d.dv / cols), (unsigned)d.Hv, (unsigned)seqs), Dim3((unsigned)v.threads()), 0, stream,
+                  mixed, alpha, beta, ssm_a, dt_bias, 1, (int)d.Hk, (int)d.Hv, static_cast<float*>(nullptr), out,
+                  static_cast<float*>(nullptr), 0, 0, rec_of, reinterpret_cast<const int*>(seq_slot),
+                  (long long)state_offset);
 }
 
 }  // namespace qrig::cuda

@@ -41,4 +41,13 @@ class GdnKernels {
   std::vector<Range> ranges_;
 };
 
+// A decode step of `seqs` sequences of one token each in one launch of the batched recurrent kernel (k: a
+// gdn_recurrent b1 variant of these dims): mixed [seqs][2*Hk*dk + Hv*dv], alpha/beta [seqs][Hv], out [seqs][Hv*dv];
+// sequence z's state at rec_of[seq_slot[z]] + state_offset floats (device arrays: the slots' recurrent-state
+// images, the step's slots). Each sequence gets the bits GdnKernels::run gives it alone.
+void launch_gdn_recurrent_batched(const LoadedKernel& k, const GdnDims& d, const float* mixed, const float* alpha,
+                                  const float* beta, const float* ssm_a, const float* dt_bias, int64_t seqs,
+                                  float* const* rec_of, const int32_t* seq_slot, int64_t state_offset, float* out,
+                                  StreamHandle stream);
+
 }  // namespace qrig::cuda

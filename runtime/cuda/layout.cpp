@@ -163,6 +163,9 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
   for (const auto& m : plan.memory.devices)
     if (m.device == dev) L.arena_bytes = m.arena;
   L.io_bytes = 2 * L.max_t * 4 + 2 * L.max_r * 4 + 2 * L.max_t * (L.bridge_in_width + L.bridge_out_width) * 4;
+  // The batched decode kernels' tables (executor_bind.cpp): per slot its recurrent-state and cache pointers, per
+  // step the slots and positions of its sequences.
+  L.io_bytes += plan.max_sequences * (1 + (int64_t)g.states.size()) * 8 + 2 * plan.max_sequences * 4;
   const ir::AttrValue* adjust = plan.graph.attr("top_k_adjust_per_row");
   if (!adjust || !std::holds_alternative<int64_t>(*adjust))
     throw RuntimeError("plan: the graph has no top_k_adjust_per_row (recompile the plan)");

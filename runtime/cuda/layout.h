@@ -32,7 +32,8 @@ struct DeviceLayout {
   int64_t arena_bytes = 0;
   int64_t max_t = 0, max_r = 0;         // rows of a step, output rows of a step
   int64_t io_bytes = 0;                 // tokens, positions [max_t] + output rows, argmax [max_r] (int32), and a
-                                        // pipeline stage's bridge buffers (two in, two out, max_t rows of f32)
+                                        // pipeline stage's bridge buffers (two in, two out, max_t rows of f32),
+                                        // and the batched decode tables (slots x (1 + states) pointers, 2 x slots int32)
   int64_t bridge_in_width = 0, bridge_out_width = 0;  // a stage's incoming / outgoing bridge rows (0: none)
   bool has_output = true;               // the stage computes the logits (the last stage, or the only one)
   int64_t top_k_rows = 0, top_k_adjust = 0, top_k_vocab = 0, vocab_rows = 0;

@@ -24,9 +24,11 @@ std::vector<Variant> plan_kernels(const ir::Plan& plan) {
         throw KernelError(fmt::format("plan: {} names no kernel (recompile the plan)", op.describe()));
       continue;
     }
-    for (const auto& r : ir::parse_launch_ranges(op.s("kernel")))
-      for (const auto& part : r.parts)
-        for (const auto& name : part) add(name);
+    for (const char* attr : {"kernel", "decode_kernel"})  // decode_kernel: the batched decode variants
+      if (op.has(attr))
+        for (const auto& r : ir::parse_launch_ranges(op.s(attr)))
+          for (const auto& part : r.parts)
+            for (const auto& name : part) add(name);
   }
   const ir::AttrValue* argmax = g.attr("argmax_kernel");
   const ir::AttrValue* topk = g.attr("top_k_kernels");

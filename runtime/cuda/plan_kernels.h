@@ -1,4 +1,4 @@
-// The kernel variants a CUDA plan names: every op's `kernel` attribute (ir/kernel_attr.h) and the graph's
+// The kernel variants a CUDA plan names: every op's `kernel` and `decode_kernel` attributes (ir/kernel_attr.h) and the graph's
 // output-row kernels (argmax_kernel, top_k_kernels). This is what `qrig compile` precompiles, what CI compiles
 // for every architecture, and exactly what the executor loads when it binds the plan (a test compares them):
 // the runtime reads these names and chooses none.

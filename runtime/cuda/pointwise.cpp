@@ -47,6 +47,8 @@ void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up
 void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,
                             float* state, float* out, StreamHandle s, float* kept, int64_t keep, int64_t kept_stride) {
   require_kernel(k, "conv1d_silu_f32");
+  if (k.variant.param("b") != 0)
+    throw KernelError(fmt::format("{}: a batched variant (launch_conv1d_silu_batched)", k.variant.name));
   require_aligned(x, 4, k, "x");
   require_aligned(w, 4, k, "w");
   require_aligned(state, 4, k, "state");
@@ -60,7 +62,28 @@ void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, in
   if (keep > 0) require_aligned(kept, 4, k, "kept");
   float* kept_arg = keep > 0 ? kept : nullptr;
   k.kernel.launch(Dim3(grid_for(C, k.variant.threads(), k)), Dim3((unsigned)k.variant.threads()), 0, s, x, (int)T,
-                  (int)C, w, state, out, kept_arg, (int)keep, (long long)kept_stride);
+                  (int)C, w, state, out, kept_arg, (int)keep, (long long)kept_stride, static_cast<float* const*>(nullptr),
+                  static_cast<const int*>(nullptr), 0LL);
+}
+
+void launch_conv1d_silu_batched(const LoadedKernel& k, const float* x, int64_t seqs, int64_t C, const float* w,
+                                float* const* rec_of, const int32_t* seq_slot, int64_t state_offset, float* out,
+                                StreamHandle s) {
+  require_kernel(k, "conv1d_silu_f32");
+  if (k.variant.param("b") != 1)
+    throw KernelError(fmt::format("{}: not a batched variant (launch_conv1d_silu_f32)", k.variant.name));
+  require_aligned(x, 4, k, "x");
+  require_aligned(w, 4, k, "w");
+  require_aligned(out, 4, k, "out");
+  require_aligned(rec_of, 8, k, "rec_of");
+  require_aligned(seq_slot, 4, k, "seq_slot");
+  require_positive(seqs, 65535, k, "sequences");
+  require_positive(C, INT_MAX, k, "C");
+  if (x == out) throw KernelError(fmt::format("{}: out must not alias x", k.variant.name));
+  if (state_offset < 0) throw KernelError(fmt::format("{}: state offset {}", k.variant.name, state_offset));
+  k.kernel.launch(Dim3(grid_for(C, k.variant.threads(), k), (unsigned)seqs), Dim3((unsigned)k.variant.threads()), 0, s,
+                  x, 1, (int)C, w, static_cast<float*>(nullptr), out, static_cast<float*>(nullptr), 0, 0LL, rec_of,
+                  reinterpret_cast<const int*>(seq_slot), (long long)state_offset);
 }
 
 void launch_concat_f32(const LoadedKernel& k, const float* a, int64_t wa, const float* b, int64_t wb, int64_t n,

@@ -20,6 +20,12 @@ void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up
 void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,
                             float* state, float* out, StreamHandle s, float* kept = nullptr, int64_t keep = 0,
                             int64_t kept_stride = 0);
+// The same for a decode step of `seqs` sequences of one token each in one launch (a b1 variant): x/out [seqs][C],
+// sequence z's state at rec_of[seq_slot[z]] + state_offset floats (rec_of: the slots' recurrent-state images,
+// seq_slot: the step's slots, both device arrays). Each sequence gets the bits of launch_conv1d_silu_f32 on its own.
+void launch_conv1d_silu_batched(const LoadedKernel& k, const float* x, int64_t seqs, int64_t C, const float* w,
+                                float* const* rec_of, const int32_t* seq_slot, int64_t state_offset, float* out,
+                                StreamHandle s);
 // cpu::concat_rows: out [n][wa + wb] = [a [n][wa] ; b [n][wb]] (out aliases neither).
 void launch_concat_f32(const LoadedKernel& k, const float* a, int64_t wa, const float* b, int64_t wb, int64_t n,
                        float* out, StreamHandle s);

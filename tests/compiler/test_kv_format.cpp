@@ -124,11 +124,15 @@ TEST_CASE("kv formats: --kv forces a pair; bad spellings and impossible pairs ar
   CHECK(kv_of(q) == "k8v3");
   bool named = false;
   for (const auto& op : q.graph.ops) {
-    if (op.kind == ir::OpKind::kv_write) CHECK(op.s("kernel").find("kv_write_k8_v3_t128") != std::string::npos);
+    if (op.kind == ir::OpKind::kv_write) CHECK(op.s("kernel").find("kv_write_k8_v3_b0_t128") != std::string::npos);
     if (op.kind == ir::OpKind::attention) {
-      CHECK(op.s("kernel").find("_k8_v3_t128") != std::string::npos);
-      CHECK(op.s("kernel").find("attn_merge_rot_d256_t128") != std::string::npos);
+      CHECK(op.s("kernel").find("_k8_v3_b0_t128") != std::string::npos);
+      CHECK(op.s("kernel").find("attn_merge_rot_d256_b0_t128") != std::string::npos);
       CHECK(op.s("kernel").find("k16_v16") == std::string::npos);
+      if (op.has("decode_kernel")) {  // the batched decode kernels, renamed with the formats too
+        CHECK(op.s("decode_kernel").find("_k8_v3_b1_t128+attn_merge_rot_d256_b1_t128") != std::string::npos);
+        CHECK(op.s("decode_kernel").find("k16_v16") == std::string::npos);
+      }
       named = true;
     }
   }
@@ -182,7 +186,7 @@ TEST_CASE("kv formats: 9B at 262144 tokens fits one 16 GiB CMP card with 3-bit v
     if (op.kind == ir::OpKind::attention || op.kind == ir::OpKind::kv_write) {
       CHECK(op.s("kernel").find("k16_v16") == std::string::npos);
       CHECK(op.s("kernel").find("kv_write_f16") == std::string::npos);
-      CHECK(op.s("kernel").find(op.kind == ir::OpKind::attention ? "_k8_v8_t128+attn_merge_d256_t256" : "kv_write_k8_v8_t128") !=
+      CHECK(op.s("kernel").find(op.kind == ir::OpKind::attention ? "_k8_v8_b0_t128+attn_merge_d256_b0_t256" : "kv_write_k8_v8_b0_t128") !=
             std::string::npos);
     }
   for (const auto& kc : g.kernels) CHECK(kc.variants.find("k16_v16") == std::string::npos);

@@ -72,12 +72,12 @@ TEST_CASE("attention variant names spell every parameter; dims the kernels canno
     }
     return n;
   };
-  CHECK(names({16, 4, 256}) == std::vector<std::string>{"attn_decode_d256_g4_n1_k16_v16_t128", "attn_decode_d256_g4_n2_k16_v16_t128",
-                                                         "attn_prefill_d256_g4_h0_k16_v16_t128", "attn_merge_d256_t256"});
-  CHECK(names({2, 1, 256}) == std::vector<std::string>{"attn_decode_d256_g2_n1_k16_v16_t128", "attn_decode_d256_g2_n4_k16_v16_t128",
-                                                        "attn_prefill_d256_g2_h0_k16_v16_t128", "attn_merge_d256_t256"});
-  CHECK(names({24, 4, 256}) == std::vector<std::string>{"attn_decode_d256_g6_n1_k16_v16_t128", "attn_prefill_d256_g6_h0_k16_v16_t128",
-                                                         "attn_merge_d256_t256"});
+  CHECK(names({16, 4, 256}) == std::vector<std::string>{"attn_decode_d256_g4_n1_k16_v16_b0_t128", "attn_decode_d256_g4_n2_k16_v16_b0_t128",
+                                                         "attn_prefill_d256_g4_h0_k16_v16_t128", "attn_merge_d256_b0_t256"});
+  CHECK(names({2, 1, 256}) == std::vector<std::string>{"attn_decode_d256_g2_n1_k16_v16_b0_t128", "attn_decode_d256_g2_n4_k16_v16_b0_t128",
+                                                        "attn_prefill_d256_g2_h0_k16_v16_t128", "attn_merge_d256_b0_t256"});
+  CHECK(names({24, 4, 256}) == std::vector<std::string>{"attn_decode_d256_g6_n1_k16_v16_b0_t128", "attn_prefill_d256_g6_h0_k16_v16_t128",
+                                                         "attn_merge_d256_b0_t256"});
   CHECK_THROWS_AS(attention_variants({16, 4, 128}, 4096, 132), KernelError);  // head dim
   CHECK_THROWS_AS(attention_variants({16, 5, 256}, 4096, 132), KernelError);  // not a multiple
   CHECK_THROWS_AS(attention_variants({18, 2, 256}, 4096, 132), KernelError);  // 9 heads per KV head

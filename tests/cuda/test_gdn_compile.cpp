@@ -43,7 +43,7 @@ TEST_CASE("gdn variants compile for sm_75 and sm_90 without spills; the sm_70 fe
 TEST_CASE("gdn variant names spell every parameter and parse back", "[cuda][gdn]") {
   const auto vs = gdn_variants({16, 32, 128, 128}, 64);
   REQUIRE(vs.size() == 3);
-  CHECK(vs[0].name == "gdn_recurrent_dk128_dv128_cw8_t128");
+  CHECK(vs[0].name == "gdn_recurrent_dk128_dv128_cw8_b0_t128");
   CHECK(vs[1].name == "gdn_chunk_prep_dk128_dv128_c64_t256");
   CHECK(vs[2].name == "gdn_chunk_scan_dk128_dv128_c64_ct16_t256");
   for (const Variant& v : vs) CHECK(parse_variant(v.name) == v);

@@ -63,18 +63,18 @@ TEST_CASE("quantized-cache variant names spell both formats; the KV-format pass'
     CHECK(parse_variant(v.name) == v);
     n.push_back(v.name);
   }
-  CHECK(n == std::vector<std::string>{"attn_decode_d256_g4_n1_k8_v3_t128", "attn_decode_d256_g4_n2_k8_v3_t128",
-                                      "attn_prefill_d256_g4_h0_k8_v3_t128", "attn_merge_rot_d256_t128"});
-  CHECK(attention_variants(d9, 4096, 132, pair("k4v8")).back().name == "attn_merge_d256_t256");
+  CHECK(n == std::vector<std::string>{"attn_decode_d256_g4_n1_k8_v3_b0_t128", "attn_decode_d256_g4_n2_k8_v3_b0_t128",
+                                      "attn_prefill_d256_g4_h0_k8_v3_t128", "attn_merge_rot_d256_b0_t128"});
+  CHECK(attention_variants(d9, 4096, 132, pair("k4v8")).back().name == "attn_merge_d256_b0_t256");
   CHECK(kv_write_variant(pair("k16v16")).name == "kv_write_f16_t256");
-  CHECK(kv_write_variant(pair("k8v3")).name == "kv_write_k8_v3_t128");
+  CHECK(kv_write_variant(pair("k8v3")).name == "kv_write_k8_v3_b0_t128");
   CHECK_THROWS_AS(kv_write_variant(pair("k32v32")), KernelError);
   CHECK_THROWS_AS(attn_prefill_variant(4, 1, pair("k16v8")), KernelError);  // HFMA2 P.V reads fp16 values only
   CHECK_NOTHROW(attn_prefill_variant(4, 1, pair("k8v16")));
 
   // Renaming keeps everything but the formats, and maps between the two merges and the two writes.
   const Variant d1 = attn_decode_variant(4, 2, pair("k16v16"));
-  CHECK(with_kv_formats(d1, pair("k3v3")).name == "attn_decode_d256_g4_n2_k3_v3_t128");
+  CHECK(with_kv_formats(d1, pair("k3v3")).name == "attn_decode_d256_g4_n2_k3_v3_b0_t128");
   CHECK(with_kv_formats(attn_merge_variant(), pair("k8v4")) == attn_merge_rot_variant());
   CHECK(with_kv_formats(attn_merge_rot_variant(), pair("k4v8")) == attn_merge_variant());
   CHECK(with_kv_formats(kv_write_variant(pair("k8v3")), pair("k16v16")).name == "kv_write_f16_t256");

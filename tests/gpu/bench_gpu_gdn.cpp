@@ -28,7 +28,7 @@ KernelLoader loader_with(const GdnDims& d, int64_t chunk, Tiling rec, Tiling sca
   return [=](const Variant& v) {
     Gpu& g = Gpu::get();
     if (v.kernel == "gdn_recurrent" && rec.a)
-      return g.load(make_variant("gdn_recurrent", {{"dk", d.dk}, {"dv", d.dv}, {"cw", rec.a}, {"t", rec.t}}));
+      return g.load(make_variant("gdn_recurrent", {{"dk", d.dk}, {"dv", d.dv}, {"cw", rec.a}, {"b", 0}, {"t", rec.t}}));
     if (v.kernel == "gdn_chunk_scan" && scan.a)
       return g.load(make_variant("gdn_chunk_scan",
                                  {{"dk", d.dk}, {"dv", d.dv}, {"c", chunk}, {"ct", scan.a}, {"t", scan.t}}));
