@@ -379,6 +379,10 @@ std::pair<Variant, std::string> choose_one_wq(const WqType& wt, int64_t k, int64
   auto skinny = [&](int64_t c) { return gemm_wq_skinny_variant(type, planes, c, c <= 4 ? 2 : 1); };
   if (T == 1) {
     const WqGemvTiling& g = tun.wq_gemv_for(type);
+    if (g.split == 0)
+      return {gemm_wq_skinny_variant(type, planes, 1, g.rows, g.threads),
+              fmt::format("one row: the {} skinny kernel as GEMV, {} rows per warp (tuning: the fastest for this "
+                          "type in the H200 sweep)", wt.format, g.rows)};
     return {gemv_wq_variant(type, planes, g.rows, g.split, g.unroll, g.threads),
             fmt::format("one row: the {} GEMV, each row's units split over {} warps, {} rows per group, the loads "
                         "of {} units per lane in flight (tuning: {})", wt.format, g.split, g.rows, g.unroll,

@@ -65,12 +65,17 @@ Tuning default_tuning(int sm) {
   m.gemv_rows_per_warp = 1;
   m.gemv_unroll = 2;
   m.gemv_threads = 256;
-  // The block types: the GEMV (gemv_wq_dp4a) for one row, the skinny kernel up to 16 rows (its tiling:
-  // kernels/matmul.cpp choose_matmul_wq), the tiled GEMM beyond. NOT YET MEASURED, the GEMV's default: each
-  // row over 4 warps (a 4096-value row of a 4-bit type is then one unit per lane, and a 4096-row matrix 16384
-  // warps with their loads in flight at once: session 7's one-warp-per-two-rows GEMV put 15 warps per SM
-  // to work at 4096 rows, 44% of copy for Q4_K), one row per group, 128 threads; tests/gpu/test_gpu_wq.cpp's
-  // "[.bench][wq]" sweeps gemv_wq_sweep for the per-type entries.
+  // The block types: the GEMV for one row, the skinny kernel up to 16 rows (its tiling: kernels/matmul.cpp
+  // choose_matmul_wq), the tiled GEMM beyond. The GEMV per type: the fastest (summed over 4096->12288,
+  // 12288->4096, 4096->4096, two planes) of tests/gpu/test_gpu_wq.cpp's "[.bench][wq]" sweep on the H200
+  // (bench/RESULTS.md, session 9): gemv_wq_dp4a {type, r, s, u, t}, or {type, r, 0, ...}: session 7's skinny
+  // kernel with c = 1 where it was fastest. Every type within ~10% of the others' best: all are bound by
+  // instructions (two planes: 16 dp4a per 16 weight bytes and row, 16 more for the activation sums of types with
+  // offsets), not DRAM. Q4_K and Q5_K from the second sweep, after their scale words left local memory (Q4_K's
+  // skinny GEMV 33-54% of copy, gemv_wq_dp4a 30-46%).
+  m.wq_gemv = {{2, 2, 0, 1, 128},  {3, 2, 2, 1, 128},  {6, 2, 2, 1, 128},  {7, 2, 2, 1, 128},
+               {10, 2, 0, 1, 128}, {11, 2, 0, 1, 128}, {12, 2, 0, 1, 128}, {13, 2, 0, 1, 128},
+               {14, 2, 0, 1, 128}, {20, 1, 1, 2, 128}, {23, 2, 0, 1, 128}};
   m.wq_gemv_default = {0, 1, 4, 1, 128};
   m.wq_skinny_max_rows = 16;
   // The tiled GEMM: the Q8_0 prefill tile (128 x 64, 8 x 4 per thread) and two smaller ones for short steps.

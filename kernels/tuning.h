@@ -27,7 +27,8 @@ struct SkinnyTiling {
 };
 
 // The block types' decode GEMV (gemv_wq_dp4a) for one ggml weight type: rows per warp group, warps per row,
-// units per lane whose loads are issued before use, threads per block.
+// units per lane whose loads are issued before use, threads per block; split 0: the skinny kernel with c = 1 and
+// `rows` rows per warp instead.
 struct WqGemvTiling {
   int64_t type = 0, rows = 1, split = 4, unroll = 1, threads = 128;
 };

@@ -141,15 +141,18 @@ __device__ __forceinline__ int wq_iq4_lookup(int c) {
 
 #if QRIG_WTYPE == QRIG_WT_Q4_K || QRIG_WTYPE == QRIG_WT_Q5_K
 // The 6-bit scale and min of sub-block j of the 12 packed bytes s (gguf/quant_blocks.cpp's k4_scale_min); s[i]
-// is byte 4 + i of B, i.e. byte i % 4 of word 1 + i / 4 of the loaded B words bw.
-__device__ __forceinline__ int wq_k4_s(const unsigned* bw, int i) { return wq_byte(bw[1 + (i >> 2)], i & 3); }
+// is byte 4 + i of B, i.e. byte i % 4 of word 1 + i / 4 of the loaded B words bw. Sub-block j needs byte j % 4 of
+// each of words 1..3, read with constant word indices: an index computed at run time into bw (a register array)
+// would put it in local memory (that made the Q4_K / Q5_K GEMV 2x slower, session 9's sweep).
 __device__ __forceinline__ void wq_k4_scale_min(int j, const unsigned* bw, int& sc, int& m) {
+  const int jj = j & 3;
+  const int a = wq_byte(bw[1], jj), b = wq_byte(bw[2], jj), c = wq_byte(bw[3], jj);
   if (j < 4) {
-    sc = wq_k4_s(bw, j) & 63;
-    m = wq_k4_s(bw, j + 4) & 63;
+    sc = a & 63;
+    m = b & 63;
   } else {
-    sc = (wq_k4_s(bw, j + 4) & 0xF) | ((wq_k4_s(bw, j - 4) >> 6) << 4);
-    m = (wq_k4_s(bw, j + 4) >> 4) | ((wq_k4_s(bw, j) >> 6) << 4);
+    sc = (c & 0xF) | ((a >> 6) << 4);
+    m = (c >> 4) | ((b >> 6) << 4);
   }
 }
 #endif

@@ -139,7 +139,9 @@ Diff run_case(const Dims& dm, KvPair kv, const std::vector<int64_t>& n_past, uin
   const auto gate = dev(randn((size_t)(B * grow), seed + 13), "gate");
   const float scale = 1.0f / 16.0f;
 
-  const AttentionChoice choice = attention_choice(ad, kContext, g.info.sms);
+  // The plan's choice for this cache format (the one-sequence kernels read the same caches).
+  const AttentionChoice choice =
+      kernels::choose_attention(ad, kContext, std::min<int64_t>(4096, kContext), g.info.sms, kernels::default_tuning(90), kv);
   const AttentionKernels att0(load, ad, kContext, choice.ctas, launch_ranges(choice.ranges), kv, kLayer);
   const auto dec = kernels::choose_attention_decode(ad, 16, kv);
   const BatchedDecodeAttention att1(load, ad, kContext, choice.ctas, dec.at(1).parts[0][0].name,
@@ -261,6 +263,10 @@ ir::Plan tiny_plan(int64_t slots) {
   co.max_sequences = slots;
   co.ptx_jit = g.ptx;
   co.max_batch_tokens = 512;
+  // Two activation planes up to `slots` rows: a step of 16 one-token sequences then quantizes its matmul inputs
+  // as one sequence alone does (by default only steps of <= 4 rows take two planes), so "alone" differs from the
+  // batched step by the matmul kernels' fp32 rounding only.
+  co.precise_rows = slots;
   return compiler::compile(f, this_gpu_rig(), co);
 }
 
