@@ -105,7 +105,8 @@ TEST_CASE("unsupported or inconsistent models are refused with precise messages"
     bool found = false;
     for (const auto& op : p.graph.ops)
       if (op.has("weight") && op.s("weight") == "blk.2.ffn_up.weight")
-        found = op.s("kernel").find("wq_dp4a_w12_") != std::string::npos;
+        found = op.s("kernel").find("wq_dp4a") != std::string::npos &&
+                op.s("kernel").find("_w12_") != std::string::npos;
     CHECK(found);
   }
   CHECK_THROWS_WITH(compiler::Qwen35Params::from_gguf(edited_tiny({{"qwen35.attention.head_count_kv", Value::of_u32(3)}})),

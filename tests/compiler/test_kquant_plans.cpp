@@ -75,7 +75,8 @@ TEST_CASE("kquant files: CPU plans count every tensor at its type; CUDA plans ru
       if (t.type == gguf::TensorType::Q8_0)
         CHECK(op.s("kernel").find("_q8_0_") != std::string::npos);
       else
-        CHECK(op.s("kernel").find(fmt::format("wq_dp4a_w{}_", (int)t.type)) != std::string::npos);
+        CHECK((op.s("kernel").find("wq_dp4a") != std::string::npos &&
+               op.s("kernel").find(fmt::format("_w{}_", (int)t.type)) != std::string::npos));
     }
   }
 }
