@@ -329,7 +329,7 @@ Variant gemv_wq_variant(int64_t ggml_type, int64_t planes, int64_t rows, int64_t
                                        {"t", threads}});
 }
 
-std::vector<Variant> gemv_wq_sweep(int64_t ggml_type) {
+std::vector<Variant> gemv_wq_sweep(int64_t ggml_type, int64_t planes) {
   struct Rsut {
     int64_t r, s, u, t;
   };
@@ -337,7 +337,7 @@ std::vector<Variant> gemv_wq_sweep(int64_t ggml_type) {
   for (const Rsut& v : std::vector<Rsut>{{1, 1, 2, 128}, {2, 1, 1, 128}, {1, 2, 1, 128}, {1, 2, 2, 128},
                                          {2, 2, 1, 128}, {1, 4, 1, 128}, {1, 4, 2, 128}, {2, 4, 1, 128},
                                          {1, 4, 1, 256}, {2, 4, 2, 256}, {1, 8, 1, 256}, {1, 2, 4, 256}})
-    out.push_back(gemv_wq_variant(ggml_type, 2, v.r, v.s, v.u, v.t));
+    out.push_back(gemv_wq_variant(ggml_type, planes, v.r, v.s, v.u, v.t));
   return out;
 }
 

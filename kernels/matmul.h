@@ -81,9 +81,10 @@ Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, 
 // of warps, the loads of `unroll` units per lane in flight, `threads` a multiple of 32 * split.
 Variant gemv_wq_variant(int64_t ggml_type, int64_t planes, int64_t rows, int64_t split, int64_t unroll,
                         int64_t threads);
-// The GEMV tilings (two planes, as decode runs) among which the tuning table's per-type entry is chosen: what
-// tests/gpu/test_gpu_wq.cpp's bandwidth benchmark measures and the CI compile test compiles.
-std::vector<Variant> gemv_wq_sweep(int64_t ggml_type);
+// The GEMV tilings (one plane, as block-type plans decode unless --precise-rows asks for two) among which the
+// tuning table's per-type entry is chosen: what tests/gpu/test_gpu_wq.cpp's bandwidth benchmark measures (with both
+// plane counts).
+std::vector<Variant> gemv_wq_sweep(int64_t ggml_type, int64_t planes = 1);
 // Their tiled GEMM (prefill): bn weight rows x bt tokens per CTA, tn x tt per thread, (bn/tn)*(bt/tt) threads;
 // a tiling whose tiles pass the kernel's 48 KiB of static shared memory is refused (KernelError).
 Variant gemm_wq_tiled_variant(int64_t ggml_type, int64_t planes, int64_t bn, int64_t bt, int64_t tn, int64_t tt);

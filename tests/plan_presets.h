@@ -40,10 +40,12 @@ struct ScratchDir {
 
 // A GGUF holding the header of `qrig synth --preset <preset>` and a hole where the weights would be: the
 // compiler reads metadata only, so this plans a 9B or 27B model without writing 9 or 28 GB.
-inline std::filesystem::path write_sparse_synth(const std::string& preset, const std::filesystem::path& dir) {
-  const gguf::Writer w = cli::synth_model(preset, 1);
+// `type`: a `qrig synth --type` (its per-tensor mix; the weights are not drawn).
+inline std::filesystem::path write_sparse_synth(const std::string& preset, const std::filesystem::path& dir,
+                                                const std::string& type = "q8_0") {
+  const gguf::Writer w = cli::synth_model(preset, 1, type);
   const auto header = w.header();
-  const auto path = dir / (preset + "-sparse.gguf");
+  const auto path = dir / (preset + "-" + type + "-sparse.gguf");
   {
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(header.data()), (std::streamsize)header.size());
@@ -68,10 +70,13 @@ inline const ir::Plan& preset_plan(const std::string& model, const std::string& 
   return plans[key] = compiler::compile(f, compiler::Rig::load(kRigs + rig + ".toml"), o);
 }
 
-// The same with the compile defaults (512 tokens per step, 4 sequences) and the given options on top.
-inline ir::Plan compile_preset(const std::string& model, const std::string& rig, compiler::CompileOptions o = {}) {
+// The same with the compile defaults (512 tokens per step, 4 sequences) and the given options on top; `type` as
+// write_sparse_synth's (9b / 27b).
+inline ir::Plan compile_preset(const std::string& model, const std::string& rig, compiler::CompileOptions o = {},
+                               const std::string& type = "q8_0") {
   static ScratchDir dir("preset-plans");
-  const std::string path = model == "tiny" ? kFixtures + "tiny.gguf" : write_sparse_synth(model, dir.path).string();
+  const std::string path =
+      model == "tiny" ? kFixtures + "tiny.gguf" : write_sparse_synth(model, dir.path, type).string();
   const gguf::File f = gguf::File::open(path);
   return compiler::compile(f, compiler::Rig::load(kRigs + rig + ".toml"), o);
 }

@@ -99,6 +99,9 @@ void choose_kernels(CompileContext& cx) {
   const kernels::Tuning& tun = cx.tuning;
   const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;  // rows of one call (a pipeline's micro-batch)
   const int64_t P = p.precise_rows;
+  // The two-plane rule of a quantize / rmsnorm_quant / matmul op: its own precise_rows (quantize_matmul_inputs
+  // gives block-type matmuls and their inputs one plane), the plan's where it has none.
+  auto op_precise = [&](const ir::Op& op) { return op.has("precise_rows") ? op.i("precise_rows") : P; };
   const int64_t decode_seqs = std::min(p.max_sequences, max_t);  // the most sequences a decode step holds
   ir::Graph& g = p.graph;
   Table table;
@@ -131,14 +134,14 @@ void choose_kernels(CompileContext& cx) {
           break;
         case ir::OpKind::rmsnorm_quant:
           shape = fmt::format("d {}", width);
-          ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+          ranges = by_planes(op_precise(op), rows, [&](int64_t lo, int64_t hi, int64_t planes) {
             return std::vector<KernelRange>{{lo, hi, {{kernels::rmsnorm_f32_variant(width, planes)}},
                                              "normalise and quantize in one kernel, " + planes_reason(planes)}};
           });
           break;
         case ir::OpKind::quantize:
           shape = fmt::format("d {}", width);
-          ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+          ranges = by_planes(op_precise(op), rows, [&](int64_t lo, int64_t hi, int64_t planes) {
             return std::vector<KernelRange>{{lo, hi, {{kernels::quant_act_q8_variant(planes)}}, planes_reason(planes)}};
           });
           break;
@@ -147,7 +150,7 @@ void choose_kernels(CompileContext& cx) {
           shape = fmt::format("{}->{}", k, width);
           if (const int64_t wt = kernels::wq_type_of_format(op.s("format")); wt >= 0) {
             shape += " " + op.s("format");
-            ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+            ranges = by_planes(op_precise(op), rows, [&](int64_t lo, int64_t hi, int64_t planes) {
               return kernels::choose_matmul_wq(wt, k, width, lo, hi, planes, sms, tun.matmul);
             });
             break;
@@ -155,7 +158,7 @@ void choose_kernels(CompileContext& cx) {
           if (op.s("format") != "q8_0")
             throw CompileError(fmt::format("{}: weight {} is {}; the CUDA dp4a family has no kernels for it (use the "
                                            "CPU backend)", op.describe(), op.s("weight"), op.s("format")));
-          ranges = by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+          ranges = by_planes(op_precise(op), rows, [&](int64_t lo, int64_t hi, int64_t planes) {
             return kernels::choose_matmul_q8_0(k, width, lo, hi, sms, planes, tun.matmul);
           });
           break;

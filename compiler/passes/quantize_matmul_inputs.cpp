@@ -1,13 +1,19 @@
 // Pass (dp4a family): matmuls multiply int8 activations. Each value a matmul reads is quantized once by an
 // explicit `quantize` op placed before its first reader (all its matmuls then read the q8 value): one int8
 // plane per 32 values as llama.cpp's MMQ/MMVQ, or two planes (~15 bits) in steps of at most precise_rows rows,
-// where a matmul is bound by its weight bytes and the second plane costs little (decode).
+// where a matmul is bound by its weight bytes and the second plane costs little (decode). Matmuls over the block
+// types other than Q8_0 (Q4_K, Q6_K, ...) read one plane at every row count unless precise_rows was asked for
+// (--precise-rows / --precise): their weights' own rounding (4-6 bits) is far above the int8 activation's, and the
+// second plane doubles the dp4a of their GEMV, which is bound by instructions (bench/RESULTS.md, session 9), not
+// bytes; llama.cpp's MMVQ reads one int8 plane for every type. A value read by matmuls of both kinds gets one
+// quantize op per kind (`x.q`, `x.q1`).
 #include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
 
 #include "compiler/passes/passes.h"
+#include "kernels/matmul.h"
 
 namespace qrig::compiler::passes {
 
@@ -32,11 +38,21 @@ void quantize_matmul_inputs(CompileContext& cx) {
   for (const auto& op : p.graph.ops)
     for (size_t k = 0; k < op.results.size(); ++k) types[op.results[k]] = op.types[k];
   std::vector<ir::Op> out;
-  std::map<std::string, std::string> quantized;  // f32 value -> its q8 value
+  // The precise_rows of a matmul's input: the plan's, or 0 (one plane) for a block type when none was asked.
+  auto precise_of = [&](const ir::Op& op) {
+    if (asked >= 0 || op.kind != ir::OpKind::matmul || kernels::wq_type_of_format(op.s("format")) < 0)
+      return p.precise_rows;
+    return int64_t{0};
+  };
+  int64_t one_plane = 0;
+  std::map<std::pair<std::string, int64_t>, std::string> quantized;  // (f32 value, precise_rows) -> its q8 value
   for (ir::Op& op : p.graph.ops) {
     if (op.kind == ir::OpKind::matmul) {
       const std::string x = op.args.at(0);
-      auto it = quantized.find(x);
+      const int64_t pr = precise_of(op);
+      if (pr != p.precise_rows) ++one_plane;
+      op.set("precise_rows", pr);
+      auto it = quantized.find({x, pr});
       if (it == quantized.end()) {
         const ir::Type* t = types.count(x) ? &types.at(x) : nullptr;
         if (!t || t->dtype != ir::DType::f32 || t->shape.size() != 2 || t->shape[1] <= 0 || t->shape[1] % 32 != 0)
@@ -45,10 +61,11 @@ void quantize_matmul_inputs(CompileContext& cx) {
         ir::Op q;
         q.kind = ir::OpKind::quantize;
         q.args = {x};
-        q.results = {x + ".q"};
+        const std::string name = x + (pr == p.precise_rows ? ".q" : ".q1");
+        q.results = {name};
         q.types = {{ir::DType::q8, t->shape}};
-        q.attrs = {{"precise_rows", p.precise_rows}, {"layer", op.i("layer")}, {"device", op.s("device")}};
-        it = quantized.emplace(x, x + ".q").first;
+        q.attrs = {{"precise_rows", pr}, {"layer", op.i("layer")}, {"device", op.s("device")}};
+        it = quantized.emplace(std::make_pair(x, pr), name).first;
         out.push_back(std::move(q));
       }
       op.args[0] = it->second;
@@ -56,6 +73,10 @@ void quantize_matmul_inputs(CompileContext& cx) {
     out.push_back(std::move(op));
   }
   p.graph.ops = std::move(out);
+  if (one_plane > 0)
+    p.notes.push_back(fmt::format("activations: {} block-type matmuls (not Q8_0) read one int8 plane at every row "
+                                  "count (their weights' rounding is far above it; --precise-rows N or --precise "
+                                  "give them two)", one_plane));
 }
 
 }  // namespace qrig::compiler::passes

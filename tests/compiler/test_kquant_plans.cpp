@@ -1,7 +1,8 @@
 // Plans for llama.cpp's weight formats (../shared/fixtures/kquant): CPU plans compile for every file and count
 // each tensor at its real type (the weight bytes are the file's tensor bytes, listed per type in a note that
-// `qrig inspect` shows); CUDA plans, whose executor runs Q8_0 matrices only, are refused naming the tensor and
-// its type, and so is the F16 file.
+// `qrig inspect` shows); CUDA plans run every block type on the dp4a kernels (one activation plane for the types
+// other than Q8_0), the F16 file is refused naming the tensor and its type; a 27B Q4_K_M plan needs fewer CMP
+// cards than Q8_0.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -12,6 +13,7 @@
 #include "compiler/compile.h"
 #include "gguf/gguf.h"
 #include "tests/fixtures.h"
+#include "tests/plan_presets.h"
 
 using namespace qrig;
 using Catch::Matchers::Contains;
@@ -72,11 +74,56 @@ TEST_CASE("kquant files: CPU plans count every tensor at its type; CUDA plans ru
       if (op.kind != ir::OpKind::matmul) continue;
       const auto& t = f.tensor(op.s("weight"));
       INFO(op.describe() << " " << op.s("kernel"));
-      if (t.type == gguf::TensorType::Q8_0)
+      if (t.type == gguf::TensorType::Q8_0) {
         CHECK(op.s("kernel").find("_q8_0_") != std::string::npos);
-      else
+        CHECK(op.i("precise_rows") == cp.precise_rows);
+      } else {
         CHECK((op.s("kernel").find("wq_dp4a") != std::string::npos &&
                op.s("kernel").find(fmt::format("_w{}_", (int)t.type)) != std::string::npos));
+        // One activation plane at every row count, decode included (quantize_matmul_inputs): no p2 kernel.
+        CHECK(op.i("precise_rows") == 0);
+        CHECK(op.s("kernel").find("_p2_") == std::string::npos);
+      }
     }
+    // With --precise-rows asked, block-type matmuls follow it as Q8_0's do.
+    compiler::CompileOptions precise;
+    precise.precise_rows = 4;
+    const ir::Plan pp = compiler::compile(f, gpu, precise);
+    for (const auto& op : pp.graph.ops)
+      if (op.kind == ir::OpKind::matmul) {
+        INFO(op.describe() << " " << op.s("kernel"));
+        CHECK(op.i("precise_rows") == 4);
+        CHECK(op.s("kernel").find("_p2_") != std::string::npos);
+      }
   }
+}
+
+// The point of the small formats on 16 GB cards: the fewest CMP 100-210 cards a 27B plan needs at 32K tokens (4
+// sequences), found by compiling with --gpus 1, 2, ... (the placement pass refuses what does not fit).
+TEST_CASE("27B at Q4_K_M fits in fewer CMP cards than the same model at Q8_0", "[compiler][pipeline]") {
+  auto fewest = [](const std::string& type) {
+    for (int64_t n = 1; n <= 4; ++n) {
+      compiler::CompileOptions o;
+      o.context_length = 32768;
+      o.max_gpus = n;
+      try {
+        const ir::Plan p = presets::compile_preset("27b", "cmp-100-210-x4", o, type);
+        CHECK((int64_t)p.placement.size() == n);
+        CHECK(p.arch_target == "sm_70");
+        for (const auto& d : p.memory.devices) CHECK(d.total <= d.budget);
+        return std::make_pair(n, p.memory.weight_bytes);
+      } catch (const compiler::CompileError& e) {
+        INFO(type << " on " << n << ": " << e.what());
+        CHECK(std::string(e.what()).find("fit") != std::string::npos);
+      }
+    }
+    return std::make_pair(int64_t{0}, int64_t{0});
+  };
+  const auto [q8, q8_bytes] = fewest("q8_0");
+  const auto [q4, q4_bytes] = fewest("q4_k_m");
+  INFO("Q8_0: " << q8 << " cards, " << q8_bytes << " weight bytes; Q4_K_M: " << q4 << " cards, " << q4_bytes);
+  REQUIRE(q8 > 0);
+  REQUIRE(q4 > 0);
+  CHECK(q4 < q8);
+  CHECK((double)q4_bytes < 0.65 * (double)q8_bytes);  // ~16.5 GB of ~28.6
 }
