@@ -3,10 +3,10 @@
 // plane per 32 values as llama.cpp's MMQ/MMVQ, or two planes (~15 bits) in steps of at most precise_rows rows,
 // where a matmul is bound by its weight bytes and the second plane costs little (decode). Matmuls over the block
 // types other than Q8_0 (Q4_K, Q6_K, ...) read one plane at every row count unless precise_rows was asked for
-// (--precise-rows / --precise): their weights' own rounding (4-6 bits) is far above the int8 activation's, and the
-// second plane doubles the dp4a of their GEMV, which is bound by instructions (bench/RESULTS.md, session 9), not
-// bytes; llama.cpp's MMVQ reads one int8 plane for every type. A value read by matmuls of both kinds gets one
-// quantize op per kind (`x.q`, `x.q1`).
+// (--precise-rows / --precise): their weights' own rounding (4-6 bits) is far above the int8 activation's, as in
+// llama.cpp's MMVQ, which reads one int8 plane for every type; the second plane costs its writes, reads and dp4a
+// (on the H200 the one-plane GEMVs measured 1-10% faster: bench/RESULTS.md, session 10). A value read by matmuls
+// of both kinds gets one quantize op per kind (`x.q`, `x.q1`).
 #include <algorithm>
 #include <map>
 
