@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -59,6 +60,18 @@ class BenchModel {
     return {};
   }
   int64_t drafted = 0, accepted = 0, draft_steps = 0, draft_generated = 0;
+  // --profile (one-stage CUDA plans): GPU time per op kind and kernels, from CUDA events around each op of eager
+  // steps. set_profiling(true) starts a fresh sum; false when the model cannot profile.
+  struct ProfileRow {
+    std::string op;
+    int64_t calls = 0;
+    double ms = 0;
+  };
+  virtual bool set_profiling(bool on) {
+    (void)on;
+    return false;
+  }
+  virtual std::vector<ProfileRow> profile() const { return {}; }
 };
 
 class BackendModel final : public BenchModel {
@@ -155,6 +168,15 @@ class CudaModel final : public BenchModel {
                        g.disabled_because.empty() ? "" : "; graphs off: " + g.disabled_because);
   }
   runtime::CudaExecutor& ex() { return ex_; }
+  bool set_profiling(bool on) override {
+    ex_.set_profiling(on);
+    return true;
+  }
+  std::vector<ProfileRow> profile() const override {
+    std::vector<ProfileRow> out;
+    for (const auto& p : ex_.profile()) out.push_back({p.op, p.calls, p.ms});
+    return out;
+  }
 
  private:
   runtime::CudaExecutor ex_;
@@ -223,11 +245,11 @@ int cmd_bench(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"-p", "-n", "-d", "-r", "--rig", "--backend", "--ctx", "--json", "--seed", "--model", "--gpu-memory-utilization",
           "--simulate-link-gbps", "--kv", "--draft", "--sequences"},
-         {"--no-cuda-graphs"}, {{"-m", "--model"}, {"-npl", "--sequences"}});
+         {"--no-cuda-graphs", "--profile"}, {{"-m", "--model"}, {"-npl", "--sequences"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig bench PLAN_DIR|MODEL.gguf [-p 512,4096] [-n 128] [-d 0,32768] [-r 3] [--json FILE] "
                      "[--rig RIG.toml] [--backend cpu|cuda] [--ctx N] [--kv k8v3] [--draft N] [--sequences 1,16,32] [--no-cuda-graphs] "
-                     "[--simulate-link-gbps F]");
+                     "[--profile] [--simulate-link-gbps F]");
   const auto pps = a.get_int_list("-p", {512});
   const auto tgs = a.get_int_list("-n", {128});
   const auto depths = a.get_int_list("-d", {0});
@@ -309,6 +331,27 @@ int cmd_bench(int argc, char** argv) {
   };
   using clock = std::chrono::steady_clock;
   std::vector<Test> tests;
+  // --profile: after the first pp test and the first tg test (at the first depth), one more pass kernel by kernel
+  // with CUDA events around each op; a table per pass after the results.
+  const bool want_profile = a.has("--profile");
+  if (want_profile && !model->set_profiling(false))
+    throw UsageError("--profile times the ops of a one-stage CUDA plan (this plan runs on " + model->backend() + ")");
+  struct Profiled {
+    std::string test;
+    int64_t tokens = 0;
+    double wall_s = 0;
+    std::vector<BenchModel::ProfileRow> rows;
+  };
+  std::vector<Profiled> profiles;
+  bool profiled_pp = !want_profile, profiled_tg = !want_profile;
+  auto profile_pass = [&](const std::string& test, int64_t tokens, const std::function<void()>& run) {
+    model->set_profiling(true);
+    const auto t0 = clock::now();
+    run();
+    const double s = std::chrono::duration<double>(clock::now() - t0).count();
+    profiles.push_back({test, tokens, s, model->profile()});
+    model->set_profiling(false);
+  };
   for (long long d : depths) {
     // The depth is filled once (untimed) and restored before each repetition. A drafting plan fills again each
     // time: its next step also needs the last position's hidden row, which a snapshot does not hold.
@@ -345,6 +388,12 @@ int cmd_bench(int argc, char** argv) {
       }
       add_stage_rows(t.name, acc, wall, p * reps);
       tests.push_back(t);
+      if (!profiled_pp) {
+        profiled_pp = true;
+        at_depth(0);
+        const auto toks = random_tokens(p);
+        profile_pass(t.name, p, [&] { prefill(*model, toks); });
+      }
     }
     for (long long n : tgs) {
       if (n <= 0) continue;
@@ -372,6 +421,13 @@ int cmd_bench(int argc, char** argv) {
       }
       add_stage_rows(t.name, acc, wall, n * reps);
       tests.push_back(t);
+      if (!profiled_tg && model->draft_tokens() == 0) {
+        profiled_tg = true;
+        int32_t next = at_depth(1);
+        profile_pass(t.name, n, [&] {
+          for (long long i = 0; i < n; ++i) next = model->run({next}, true);
+        });
+      }
     }
   }
 
@@ -448,6 +504,20 @@ int cmd_bench(int argc, char** argv) {
       fmt::print("| {} | {} | {:.2f} | {:.4f} |\n", r.test, r.device, r.busy_share, r.bridge_ms_per_token);
     if (bo.simulate_link_gbps > 0)
       fmt::print("\n(bridges held to a simulated {:g} GB/s host link each way)\n", bo.simulate_link_gbps);
+  }
+  for (const Profiled& pr : profiles) {
+    double total = 0;
+    int64_t calls = 0;
+    for (const auto& r : pr.rows) total += r.ms, calls += r.calls;
+    fmt::print("\nprofile of {} (one more pass, kernel by kernel, CUDA events around each op): {} ops, {:.1f} us of "
+               "GPU time per token in them, {:.1f} us wall per token (eager: launch gaps included)\n\n| op: kernels | "
+               "calls/token | us/token | share |\n| --- | ---: | ---: | ---: |\n", pr.test, calls,
+               total * 1e3 / (double)pr.tokens, pr.wall_s * 1e6 / (double)pr.tokens);
+    std::vector<BenchModel::ProfileRow> rows = pr.rows;
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.ms > y.ms; });
+    for (const auto& r : rows)
+      fmt::print("| {} | {:.2f} | {:.2f} | {:.1f}% |\n", r.op, (double)r.calls / (double)pr.tokens,
+                 r.ms * 1e3 / (double)pr.tokens, total > 0 ? 100.0 * r.ms / total : 0.0);
   }
   if (a.has("--json")) {
     nlohmann::json j = nlohmann::json::array();

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/ops.h"
 #include "runtime/cuda/executor_impl.h"
 
 namespace qrig::runtime {
@@ -49,6 +50,41 @@ int CudaExecutor::device() const { return impl_->opt.device; }
 
 void CudaExecutor::synchronize() const { impl_->stream->sync("CUDA executor"); }
 GraphStats CudaExecutor::graph_stats() const { return impl_->graph_stats; }
+
+void CudaExecutor::set_profiling(bool on) {
+  Impl& m = *impl_;
+  m.profiling = on;
+  if (on) {
+    m.profile_sums.clear();
+    m.profile_order.clear();
+  }
+}
+
+std::vector<OpProfile> CudaExecutor::profile() const {
+  std::vector<OpProfile> out;
+  for (const std::string& k : impl_->profile_order) out.push_back(impl_->profile_sums.at(k));
+  return out;
+}
+
+namespace {
+
+// What a profile entry is called: the op's kind and the kernels its kernel attribute (or, in a decode step the plan
+// batches, its decode_kernel attribute) names for this step.
+std::string profile_key(const CudaStep& s, int64_t n, bool batched_decode, int64_t seqs) {
+  const std::vector<ir::LaunchRange>* ranges = &s.ranges;
+  if (batched_decode && s.batched_range_for(seqs) >= 0) {
+    ranges = &s.decode_ranges;
+    n = seqs;
+  }
+  std::string names;
+  for (const ir::LaunchRange& r : *ranges)
+    if (n >= r.first && n <= r.last)
+      for (const auto& part : r.parts)
+        for (const std::string& v : part) names += (names.empty() ? "" : " + ") + v;
+  return std::string(ir::op_name(s.b->kind)) + (names.empty() ? "" : ": " + names);
+}
+
+}  // namespace
 
 void CudaExecutor::reset(int slot) {
   Impl& m = *impl_;
@@ -149,14 +185,26 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
                          (size_t)(T * m.layout.bridge_in_width) * 4, st, "bridge rows into the stage");
   // Every op of the graph (eager, or into a capture with `recorder` on for the patchable ops), or with
   // `patcher` only the patchable ops, updating a captured graph instead of launching.
+  // Profiling: events before and after each op (eager steps only), read once the step is done.
+  std::vector<std::pair<std::string, size_t>> timed;  // key, index of the op's first event
   auto run_ops = [&](cuda::LaunchHook* recorder, cuda::LaunchHook* patcher) {
+    const bool prof = m.profiling && !recorder && !patcher;
     for (const CudaStep& s : m.steps) {
       const int64_t n = s.b->rows ? R : T;
       if (n == 0) continue;
       const bool patch = patchable(s.b->kind);
       if (patcher && !patch) continue;
       cuda::ScopedLaunchHook scoped(patch ? (patcher ? patcher : recorder) : nullptr);
-      run_op(cx, s);
+      if (prof) {
+        const size_t e = timed.size() * 2;
+        while (m.profile_events.size() < e + 2) m.profile_events.push_back(std::make_unique<cuda::Event>(m.opt.device));
+        timed.emplace_back(profile_key(s, n, decode && batch.size() >= 2, (int64_t)batch.size()), e);
+        m.profile_events[e]->record(st);
+        run_op(cx, s);
+        m.profile_events[e + 1]->record(st);
+      } else {
+        run_op(cx, s);
+      }
       if (tap && !s.b->tap.empty()) {
         const int64_t w = m.graph->width(s.b->results[0]);
         std::vector<float> host((size_t)(n * w));
@@ -167,7 +215,7 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
     }
   };
   try {
-    if (m.use_graphs && decode && !tap) {
+    if (m.use_graphs && decode && !tap && !m.profiling) {
       std::vector<int32_t> key;
       for (const StepInput& in : batch) key.push_back(in.slot);
       key.push_back(-1);
@@ -239,6 +287,15 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
       cuda::copy_to_host_async(result.logits.data(), logits, result.logits.size() * 4, st, "logits");
     }
     if (want_logits || want_argmax) m.stream->sync("step");
+    if (!timed.empty()) {
+      m.stream->sync("profiled step");
+      for (const auto& [key, e] : timed) {
+        auto [it, fresh] = m.profile_sums.try_emplace(key, OpProfile{key, 0, 0.0});
+        if (fresh) m.profile_order.push_back(key);
+        ++it->second.calls;
+        it->second.ms += cuda::Event::elapsed_ms(*m.profile_events[e], *m.profile_events[e + 1]);
+      }
+    }
     for (size_t k = 0; k < batch.size(); ++k) {
       Slot& sl = m.slot(batch[k].slot);
       sl.kept_from = keep[k] > 0 ? sl.n_past : -1;

@@ -46,6 +46,13 @@ struct GraphStats {
   std::string disabled_because;  // set when a capture failed and graphs were turned off
 };
 
+// Per-op GPU time while profiling (CudaExecutor::set_profiling): one entry per op kind and the kernels it ran.
+struct OpProfile {
+  std::string op;      // e.g. "matmul: gemm_wq_dp4a_skinny_w12_p1_c1_r2_t128"
+  int64_t calls = 0;   // ops timed (summed over the steps)
+  double ms = 0;       // GPU time between the events around them
+};
+
 // What a step hands back: logits (rows x vocab_rows, host) and/or the greedy choice per row.
 struct StepOutput {
   std::vector<float> logits;   // empty unless asked for
@@ -59,6 +66,11 @@ class CudaExecutor {
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
   GraphStats graph_stats() const;
+  // Profiling (qrig bench --profile): while on, every step runs kernel by kernel (no CUDA graphs) with a pair of
+  // CUDA events around each op, synchronised at the step's end; profile() sums them per op kind and kernels
+  // (in graph order of first appearance) since profiling was last turned on. The target cards have no CUPTI.
+  void set_profiling(bool on);
+  std::vector<OpProfile> profile() const;
 
   const ir::Plan& plan() const;
   int slots() const;

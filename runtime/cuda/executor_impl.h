@@ -144,6 +144,12 @@ struct CudaExecutor::Impl {
   std::vector<CudaStep> steps;
   std::vector<Slot> slots;
 
+  // Profiling (set_profiling): the sums per key, keys in order of first appearance, and events reused per step.
+  bool profiling = false;
+  std::map<std::string, OpProfile> profile_sums;
+  std::vector<std::string> profile_order;
+  std::vector<std::unique_ptr<cuda::Event>> profile_events;
+
   // A pipeline stage (CudaOptions::stage): its bridge buffers (two in, two out: double-buffered), the step of its
   // incoming bridge op, and the value its outgoing bridge takes.
   cuda::DeviceBuffer<float> bridge_in[2], bridge_out[2];

@@ -195,6 +195,11 @@ TEST_CASE("qrig bench prints llama-bench's table and writes every sample as JSON
   auto too_deep = sh(bin + " bench " + kTiny + " -p 64 -n 0 -d 9000 -r 1 --ctx 1024", true);
   CHECK(too_deep.rc == 1);
   CHECK(too_deep.text.find("--ctx") != std::string::npos);
+  // --profile times the ops of one-stage CUDA plans (CUDA events); a CPU plan is refused before any test runs
+  auto prof = sh(bin + " bench " + kTiny + " --backend cpu -p 16 -n 2 -r 1 --profile", true);
+  CHECK(prof.rc == 2);
+  CHECK(prof.text.find("--profile times the ops of a one-stage CUDA plan") != std::string::npos);
+  CHECK(prof.text.find("| tg2 |") == std::string::npos);
   // the CPU with the CUDA family's numerics: the reference is missed by ~7.8e-2, within its own defaults
   auto emu = sh(bin + " verify " + kTiny + " " + kShared + "/fixtures/tiny-ref.gguf --emulate-dp4a", true);
   CHECK(emu.rc == 0);
