@@ -216,8 +216,12 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
   };
   try {
     if (m.use_graphs && decode && !tap && !m.profiling) {
+      // The graph's shape: the step's slots, or for a batched decode step only their number (slot_free_step).
       std::vector<int32_t> key;
-      for (const StepInput& in : batch) key.push_back(in.slot);
+      if (slot_free_step(m, (int64_t)batch.size()))
+        key = {-2, (int32_t)batch.size()};
+      else
+        for (const StepInput& in : batch) key.push_back(in.slot);
       key.push_back(-1);
       key.insert(key.end(), out_rows.begin(), out_rows.end());
       auto it = m.graphs.find(key);
@@ -238,7 +242,7 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
         }
       }
       if (!replayed) {
-        if (m.graphs.size() >= 64) m.graphs.clear();  // many shapes (slot combinations): start over
+        if (m.graphs.size() >= 64) m.graphs.clear();  // many shapes (slot combinations, unbatched): start over
         auto gr = std::make_unique<cuda::StepGraph>(st);
         bool captured = false;
         try {

@@ -135,7 +135,8 @@ struct CudaExecutor::Impl {
   const int32_t* seq_positions() const { return decode_seq.data() + slots.size(); }
   int64_t vocab_rows = 0;
 
-  // Decode-step graphs by shape: the slots of the step, then -1, then its output rows.
+  // Decode-step graphs by shape: the slots of the step (a batched step: -2 and their number), then -1, then its
+  // output rows.
   std::map<std::vector<int32_t>, std::unique_ptr<cuda::StepGraph>> graphs;
   bool use_graphs = true;
   int graph_patch_failures = 0;  // replays refused in a row
@@ -201,6 +202,10 @@ std::vector<std::string> kernels_loaded_by(const ir::Plan& plan);
 void run_op(const StepCx& c, const CudaStep& s);
 // The ops whose launches change from one decode step to the next (positions): what a graph replay patches.
 bool patchable(ir::OpKind k);
+// Whether a decode step of `seqs` one-token sequences runs every op on a sequence's state batched (the plan's
+// decode_kernel): then no launch outside the patchable ones names a slot (they read the step's slots and positions
+// from decode_seq), so one graph serves every combination of that many slots.
+bool slot_free_step(const CudaExecutor::Impl& m, int64_t seqs);
 // Whether the CUDA bind and run tables have a row for every op kind (tests).
 bool cuda_op_tables_complete();
 

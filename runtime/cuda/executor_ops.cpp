@@ -678,6 +678,16 @@ void run_op(const StepCx& c, const CudaStep& s) { kRun[(size_t)s.b->kind](c, s);
 
 bool patchable(ir::OpKind k) { return k == OpKind::kv_write || k == OpKind::attention; }
 
+bool slot_free_step(const Impl& m, int64_t seqs) {
+  if (seqs < 2) return false;
+  for (const CudaStep& s : m.steps) {
+    const OpKind k = s.b->kind;
+    const bool per_sequence = k == OpKind::conv1d_silu || k == OpKind::gdn || k == OpKind::kv_write || k == OpKind::attention;
+    if (per_sequence && s.batched_range_for(seqs) < 0) return false;
+  }
+  return true;
+}
+
 bool cuda_op_tables_complete() {
   for (size_t k = 0; k < ir::kOpKindCount; ++k)
     if (!kKernels[k] || !kResources[k] || !kRun[k]) return false;
