@@ -9,9 +9,7 @@
 //   gdn_recurrent out, state, kept states    3e-6    as test_gpu_gdn (fp32 like the reference, only the order of
 //                                                    the 128-term sums differs; measured <= 6.2e-7 there)
 //   kept state t vs a run of the first t + 1 tokens, keep on vs off      bit-equal (the same token loop)
-// Executor (a CUDA plan of tiny-mtp with two activation planes everywhere, --precise, and draft_tokens set to 4: the
-// draft pass does not give CUDA plans drafting yet because the MTP head does not run there; the test sets what it
-// would, and the memory table's rollback states the memory pass counts for a plan that drafts):
+// Executor (a CUDA plan of tiny-mtp with two activation planes everywhere, --precise, and --draft 4):
 //   a verify step [x, d1..dk] rolled back to p + j, then one token: bit-equal to a verify step with the same first
 //   j tokens and another tail, rolled back to the same place (a rollback restores exactly the kept state; a wrong
 //   copy, position or stale state gives other logits);
@@ -190,8 +188,7 @@ TEST_CASE("gdn_recurrent keeps the state after each token of a verify step", "[g
 
 namespace {
 
-// A CUDA plan of tiny-mtp for this GPU, two activation planes everywhere (--precise), with the rollback states of
-// `draft` tokens (see the top of this file).
+// A CUDA plan of tiny-mtp for this GPU, two activation planes everywhere (--precise), drafting `draft` tokens.
 ir::Plan verify_plan(int64_t draft) {
   Gpu& g = Gpu::get();
   compiler::Rig rig = this_gpu_rig();
@@ -203,12 +200,11 @@ ir::Plan verify_plan(int64_t draft) {
   co.ptx_jit = g.ptx;
   co.max_batch_tokens = 64;
   co.max_logit_rows = 16;
-  co.draft_tokens = 0;
+  co.draft_tokens = draft;
   ir::Plan p = compiler::compile(f, rig, co);
   REQUIRE(p.backend == "cuda");
   REQUIRE(p.memory.devices.size() == 1);
-  p.draft_tokens = draft;
-  p.memory.devices[0].states += p.max_sequences * draft * p.memory.snapshot_bytes;
+  REQUIRE(p.draft_tokens == draft);
   return p;
 }
 
