@@ -297,7 +297,9 @@ int cmd_bench(int argc, char** argv) {
   if (bo.simulate_link_gbps < 0) throw UsageError("--simulate-link-gbps must be positive");
   if (bo.simulate_link_gbps > 0 && !pipeline) throw UsageError("--simulate-link-gbps is for plans of several stages");
 #ifdef QRIG_HAVE_CUDA
-  if (plan.backend == "cuda" && !pipeline) model = std::make_unique<CudaModel>(plan, bo.cuda_graphs);
+  // A plan that drafts runs through its backend, where the MTP head is (runtime/cuda/draft_head.h).
+  if (plan.backend == "cuda" && !pipeline && plan.draft_tokens == 0)
+    model = std::make_unique<CudaModel>(plan, bo.cuda_graphs);
 #endif
   if (!model) model = std::make_unique<BackendModel>(plan, bo);
   struct StageRow {

@@ -187,11 +187,25 @@ int cmd_inspect(int argc, char** argv) {
       fmt::print("{}\n", f.kv == kv_spelling(p.k_dtype, p.v_dtype) ? "  <- this plan" : "");
     }
   }
-  if (p.draft_tokens > 0)
-    fmt::print("draft     {} tokens per step from the MTP head ({} ops in draft.ir): its cache {} bytes per token, "
+  if (p.draft_tokens > 0) {
+    std::string kd = "f32", vd = "f32";
+    for (const auto& st : p.draft.states) {
+      if (st.name.rfind("k.", 0) == 0) kd = ir::dtype_name(st.type.dtype);
+      if (st.name.rfind("v.", 0) == 0) vd = ir::dtype_name(st.type.dtype);
+    }
+    const std::string cache = kv_spelling(kd, vd);
+    fmt::print("draft     {} tokens per step from the MTP head ({} ops in draft.ir{}): its cache {}, {} bytes per token, "
                "{:.2f} MiB of rollback states per sequence (why: notes)\n", p.draft_tokens, p.draft.ops.size(),
+               p.backend == "cuda" ? "; its kernels: the table's \"draft\" rows" : "", cache,
                p.memory.draft_kv_bytes_per_token, mib(p.memory.draft_rollback_bytes));
-  else
+    fmt::print("          its own weights {:.2f} MiB (the embedding and lm_head are the main model's){}\n",
+               mib(p.memory.draft_weight_bytes),
+               p.backend == "cuda" ? fmt::format(", activations {:.2f} MiB (sharing the arena), {:.1f} KiB per "
+                                                 "sequence of hidden rows waiting for it",
+                                                 mib(p.memory.draft_arena_bytes),
+                                                 (double)p.memory.draft_pending_bytes / 1024.0)
+                                   : std::string());
+  } else
     fmt::print("draft     off (speculative decoding; why: notes)\n");
   if (p.backend == "cuda") fmt::print("decode    CUDA graphs {}\n", p.decode_graphs ? "on" : "off");
   if (p.placement.size() == 1) {

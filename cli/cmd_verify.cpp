@@ -267,7 +267,11 @@ int cmd_verify(int argc, char** argv) {
   const double tol = a.get_float("--tol", std::max(kv_tol, q8_everywhere ? 1e-1 : q8 ? 5e-3 : 1e-4));
   const double min_top1 = a.get_float("--min-top1", std::min(kv_top1, q8_everywhere ? 0.9 : 0.99));
   gguf::File ref = gguf::File::open(a.positional()[1]);
-  if (is_draft_reference(ref)) return verify_draft_reference(plan, ref, a.get_float("--tol", 1e-4), a.get_int("--split", 0));
+  // A draft reference: the CPU reference head within 1e-4 (its cache is f32 whatever --kv); a CUDA head within the
+  // tolerance and top-1 minimum of the plan's numerics, as the main model's.
+  if (is_draft_reference(ref))
+    return plan.backend == "cpu" ? verify_draft_reference(plan, ref, a.get_float("--tol", 1e-4), a.get_int("--split", 0))
+                                 : verify_draft_reference(plan, ref, tol, a.get_int("--split", 0), min_top1);
   std::unique_ptr<ModelRunner> runner;
   if (plan.backend == "cpu") {
     runner = std::make_unique<CpuRunner>(plan);

@@ -41,8 +41,10 @@ std::vector<SequenceReport> verify_reference(ModelRunner& model, const gguf::Fil
 
 // A draft reference (mtp_logits.<seq> and the head's intermediates, cli/verify_draft.cpp).
 bool is_draft_reference(const gguf::File& ref);
-// Checks the plan's MTP draft head against it on the CPU, printing a line per sequence and a summary; returns the
-// exit status (0: every row's logits and intermediates within tol). Throws RuntimeError for a plan without one.
-int verify_draft_reference(const ir::Plan& plan, const gguf::File& ref, double tol, int64_t split);
+// Checks the plan's MTP draft head against it on the plan's backend (CPU or CUDA), printing a line per sequence and
+// a summary; returns the exit status (0: every row's logits and intermediates within tol, and the head's top-1
+// agreement with the reference at least min_top1). Throws RuntimeError for a plan without one.
+int verify_draft_reference(const ir::Plan& plan, const gguf::File& ref, double tol, int64_t split,
+                           double min_top1 = 0);
 
 }  // namespace qrig::cli

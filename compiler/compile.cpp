@@ -64,11 +64,11 @@ ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& o
   passes::place_layers(cx);
   passes::choose_kv_format(cx);
   passes::schedule_gdn(cx);
+  passes::plan_draft(cx);
   passes::quantize_matmul_inputs(cx);
   passes::fuse_norm_quant(cx);
   passes::stack_matmuls(cx);
   passes::choose_kernels(cx);
-  passes::plan_draft(cx);
   passes::plan_prefix_cache(cx);
   passes::plan_memory(cx);
   ir::verify(p.graph);

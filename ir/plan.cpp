@@ -137,7 +137,10 @@ std::string Plan::to_toml() const {
                   {"snapshot_bytes", memory.snapshot_bytes}, {"snapshots_per_slot", memory.snapshots_per_slot},
                   {"bridge_host_bytes", memory.bridge_host_bytes},
                   {"draft_kv_bytes_per_token", memory.draft_kv_bytes_per_token},
-                  {"draft_rollback_bytes", memory.draft_rollback_bytes}};
+                  {"draft_rollback_bytes", memory.draft_rollback_bytes},
+                  {"draft_pending_bytes", memory.draft_pending_bytes},
+                  {"draft_weight_bytes", memory.draft_weight_bytes},
+                  {"draft_arena_bytes", memory.draft_arena_bytes}};
   toml::array devs;
   for (const DeviceMemory& d : memory.devices)
     devs.push_back(toml::table{{"device", d.device}, {"weights", d.weights}, {"arena", d.arena}, {"io", d.io},
@@ -281,6 +284,9 @@ Plan Plan::read(const std::string& dir) {
   p.memory.bridge_host_bytes = mem.integer("bridge_host_bytes", 0, kMaxBytes, false, 0);
   p.memory.draft_kv_bytes_per_token = mem.integer("draft_kv_bytes_per_token", 0, kMaxBytes, false, 0);
   p.memory.draft_rollback_bytes = mem.integer("draft_rollback_bytes", 0, kMaxBytes, false, 0);
+  p.memory.draft_pending_bytes = mem.integer("draft_pending_bytes", 0, kMaxBytes, false, 0);
+  p.memory.draft_weight_bytes = mem.integer("draft_weight_bytes", 0, kMaxBytes, false, 0);
+  p.memory.draft_arena_bytes = mem.integer("draft_arena_bytes", 0, kMaxBytes, false, 0);
   if (const toml::node* n = mem.t.get("device")) {
     const toml::array* arr = n->as_array();
     if (!arr) throw Error(fmt::format("{}: [[memory.device]] must be an array of tables", file));
@@ -405,12 +411,20 @@ Plan Plan::read(const std::string& dir) {
     } catch (const Error& e) {
       throw Error(fmt::format("{}/draft.ir: {}", dir, e.what()));
     }
-    if (p.backend != "cpu" || p.placement.size() != 1)
-      throw Error(fmt::format("{}: draft_tokens = {}: speculative decoding runs on one-stage CPU plans only", file,
-                              p.draft_tokens));
+    if (p.placement.size() != 1 || (p.backend == "cpu" && p.kernel_family != "reference"))
+      throw Error(fmt::format("{}: draft_tokens = {}: speculative decoding runs on one-stage plans of the CPU "
+                              "reference and the CUDA backend only", file, p.draft_tokens));
     for (const Op& op : p.draft.ops)
       if (!op.has("device") || op.s("device") != p.placement.back().device)
         throw Error(fmt::format("{}/draft.ir: {} is not on the last stage's device", dir, op.describe()));
+    // CUDA: the head's cache is in the plan's formats (its kernels are named for them); the CPU's is f32.
+    for (const State& st : p.draft.states) {
+      const bool key = st.name.rfind("k.", 0) == 0, value = st.name.rfind("v.", 0) == 0;
+      const std::string want = p.backend == "cuda" ? (key ? p.k_dtype : p.v_dtype) : "f32";
+      if ((key || value) && dtype_name(st.type.dtype) != want)
+        throw Error(fmt::format("{}/draft.ir: state %{} is {} but the plan's head caches are {}", dir, st.name,
+                                dtype_name(st.type.dtype), want));
+    }
   }
   // The caches' element types are the plan's k_dtype / v_dtype (a hand edit must change both).
   for (const State& st : p.graph.states) {

@@ -58,9 +58,15 @@ struct MemoryPlan {
   int64_t snapshots_per_slot = 0;        // prefix-cache snapshots the engine may hold per slot
   int64_t bridge_host_bytes = 0;         // pipelines: pinned host buffers between stages (two per boundary)
   // Speculative decoding (Plan::draft_tokens > 0), per sequence and included in the devices' states: the MTP
-  // head's own key and value cache per token, and the recurrent states a verify step keeps for a rollback.
+  // head's own key and value cache per token, and the recurrent states a verify step keeps for a rollback; on CUDA
+  // also the main model's hidden rows waiting for the head. Included in the last device's weights and arena: the
+  // head's own weights (the embedding and lm_head are the main model's), and on CUDA its activations (laid out in
+  // the same arena as the main graph's: the two never run at once, so the arena is the larger of the two).
   int64_t draft_kv_bytes_per_token = 0;
   int64_t draft_rollback_bytes = 0;
+  int64_t draft_pending_bytes = 0;
+  int64_t draft_weight_bytes = 0;
+  int64_t draft_arena_bytes = 0;
   std::vector<DeviceMemory> devices;     // per device of the placement
   std::vector<KvFit> kv_fits;            // the KV-format pass's candidates (and the formats it could not use)
 };
@@ -143,8 +149,8 @@ struct Plan {
   int64_t vocab_real = 0;      // tokens that may be sampled
   // Speculative decoding with the model's MTP head (docs/speculative.md): draft tokens per step (0: off), and the
   // head's graph (draft.ir; empty when off): inputs %tokens (the token after each row's position), %pos (the
-  // head's own cache positions), %rows, %hidden (the main model's value named by its `hidden_from` attribute);
-  // output %logits.
+  // head's own cache positions), %rows, %hidden (the main model's value tapped as its `hidden_from` attribute
+  // names); output %logits. One-stage plans on the CPU (reference family) and CUDA backends.
   int64_t draft_tokens = 0;
   Graph draft;
   std::vector<Placement> placement;

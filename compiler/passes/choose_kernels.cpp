@@ -85,16 +85,10 @@ kernels::KvPair op_kv_pair(const ir::Op& op) {
   return kv;
 }
 
-}  // namespace
-
-void choose_kernels(CompileContext& cx) {
+// The kernels of one graph's ops into their attributes and the table. The draft head's graph (draft = true): its
+// table rows' shapes start with "draft", and it has no decode_kernel (the head runs one sequence per call).
+void choose_graph_kernels(CompileContext& cx, ir::Graph& g, bool draft, Table& table) {
   ir::Plan& p = cx.plan;
-  if (p.backend != "cuda") {
-    p.notes.push_back(p.kernel_family == "reference"
-                          ? "kernels: cpu reference ops (fp32, weights dequantized on the fly)"
-                          : "kernels: cpu reference ops with the dp4a family's quantization and fp16 KV");
-    return;
-  }
   const int sms = (int)p.device_sms;
   const kernels::Tuning& tun = cx.tuning;
   const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;  // rows of one call (a pipeline's micro-batch)
@@ -102,9 +96,8 @@ void choose_kernels(CompileContext& cx) {
   // The two-plane rule of a quantize / rmsnorm_quant / matmul op: its own precise_rows (quantize_matmul_inputs
   // gives block-type matmuls and their inputs one plane), the plan's where it has none.
   auto op_precise = [&](const ir::Op& op) { return op.has("precise_rows") ? op.i("precise_rows") : P; };
-  const int64_t decode_seqs = std::min(p.max_sequences, max_t);  // the most sequences a decode step holds
-  ir::Graph& g = p.graph;
-  Table table;
+  // The most sequences a decode step holds (the draft head: one per call).
+  const int64_t decode_seqs = draft ? 1 : std::min(p.max_sequences, max_t);
   for (ir::Op& op : g.ops) {
     const int64_t rows = op.has_result() && !op.types[0].shape.empty() && op.types[0].shape[0] == ir::kRows ? max_r : max_t;
     const int64_t width = op.has_result() && !op.types[0].shape.empty() ? op.types[0].shape.back() : 0;
@@ -266,6 +259,7 @@ void choose_kernels(CompileContext& cx) {
       throw CompileError(fmt::format("{}: {}", op.describe(), e.what()));
     }
     if (ranges.empty()) continue;
+    if (draft) shape = shape.empty() ? "draft" : "draft " + shape;
     const auto launch = to_ir(ranges);
     op.set("kernel", ir::print_launch_ranges(launch));
     for (size_t i = 0; i < ranges.size(); ++i) table.add(ir::op_name(op.kind), shape, ranges[i], launch[i]);
@@ -276,6 +270,23 @@ void choose_kernels(CompileContext& cx) {
         table.add(ir::op_name(op.kind), shape + (shape.empty() ? "" : ", ") + "per sequences", decode[i], per_seq[i]);
     }
   }
+}
+
+}  // namespace
+
+void choose_kernels(CompileContext& cx) {
+  ir::Plan& p = cx.plan;
+  if (p.backend != "cuda") {
+    p.notes.push_back(p.kernel_family == "reference"
+                          ? "kernels: cpu reference ops (fp32, weights dequantized on the fly)"
+                          : "kernels: cpu reference ops with the dp4a family's quantization and fp16 KV");
+    return;
+  }
+  const int sms = (int)p.device_sms;
+  Table table;
+  const auto graphs = plan_graphs(p);
+  for (size_t i = 0; i < graphs.size(); ++i) choose_graph_kernels(cx, *graphs[i], i > 0, table);
+  ir::Graph& g = p.graph;
   // What runs on the output rows: the greedy argmax and the sampling candidates (chunk select, then merge).
   g.set_attr("argmax_kernel", kernels::argmax_f32_variant().name);
   g.set_attr("top_k_kernels", names(kernels::top_k_variants()));

@@ -81,14 +81,14 @@ std::vector<KvPair> kv_candidates(const CompileContext& cx) {
 
 namespace {
 
-void apply(ir::Plan& p, KvPair pr) {
-  p.k_dtype = kernels::kv_format_name(pr.k);
-  p.v_dtype = kernels::kv_format_name(pr.v);
-  for (auto& st : p.graph.states) {
+// The pair's element types on a graph's key and value caches and its kv_write / attention ops (their formats, and
+// the cache kernels they name renamed to the pair's: `renamed` collects old name -> new name).
+void apply_to_graph(ir::Graph& g, KvPair pr, std::map<std::string, std::string>& renamed) {
+  const std::string k = kernels::kv_format_name(pr.k), v = kernels::kv_format_name(pr.v);
+  for (auto& st : g.states) {
     if (st.name.rfind("k.", 0) == 0) st.type.dtype = to_dtype(pr.k);
     if (st.name.rfind("v.", 0) == 0) st.type.dtype = to_dtype(pr.v);
   }
-  std::map<std::string, std::string> renamed;  // variant names of the previous formats -> these formats'
   auto rename = [&](std::vector<ir::LaunchRange> ranges) {
     for (auto& r : ranges)
       for (auto& part : r.parts)
@@ -99,13 +99,26 @@ void apply(ir::Plan& p, KvPair pr) {
         }
     return ir::print_launch_ranges(ranges);
   };
-  for (auto& op : p.graph.ops)
+  for (auto& op : g.ops)
     if (op.kind == ir::OpKind::kv_write || op.kind == ir::OpKind::attention) {
-      op.set("k_format", p.k_dtype);
-      op.set("v_format", p.v_dtype);
+      op.set("k_format", k);
+      op.set("v_format", v);
       if (op.has("kernel")) op.set("kernel", rename(ir::parse_launch_ranges(op.s("kernel"))));
       if (op.has("decode_kernel")) op.set("decode_kernel", rename(ir::parse_launch_ranges(op.s("decode_kernel"))));
     }
+}
+
+// CUDA plans that draft: the MTP head's own cache takes the plan's pair too (its kernels are the main model's
+// attention kernels). The CPU head keeps an f32 cache whatever the pair (the draft's precision changes only
+// acceptance, never the output).
+bool draft_follows_kv(const ir::Plan& p) { return p.backend == "cuda" && !p.draft.ops.empty(); }
+
+void apply(ir::Plan& p, KvPair pr) {
+  p.k_dtype = kernels::kv_format_name(pr.k);
+  p.v_dtype = kernels::kv_format_name(pr.v);
+  std::map<std::string, std::string> renamed;  // variant names of the previous formats -> these formats'
+  apply_to_graph(p.graph, pr, renamed);
+  if (draft_follows_kv(p)) apply_to_graph(p.draft, pr, renamed);
   for (auto& kc : p.kernels) {  // the kernel table's rows: names between ',' and '+'
     std::string out, name;
     for (size_t i = 0; i <= kc.variants.size(); ++i) {
@@ -168,6 +181,13 @@ void choose_kv_format(CompileContext& cx) {
   for (const auto& pr : cands) list += (list.empty() ? "" : ", ") + kernels::kv_pair_name(pr);
   p.notes.push_back(fmt::format("kv cache: {}; candidates {}", cx.options.kv.empty() ? "chosen by memory below" : "forced by --kv",
                                 list));
+}
+
+void draft_kv_format(CompileContext& cx) {
+  ir::Plan& p = cx.plan;
+  if (!draft_follows_kv(p)) return;
+  std::map<std::string, std::string> renamed;
+  apply_to_graph(p.draft, {*kernels::parse_kv_format(p.k_dtype), *kernels::parse_kv_format(p.v_dtype)}, renamed);
 }
 
 void settle_kv_format(CompileContext& cx) {

@@ -9,14 +9,15 @@
 
 namespace qrig::compiler::passes {
 
-void fuse_norm_quant(CompileContext& cx) {
-  ir::Plan& p = cx.plan;
-  if (p.kernel_family == "reference") return;
-  auto& ops = p.graph.ops;
+namespace {
+
+// Fuses one graph's pairs; returns how many.
+int fuse_graph(ir::Graph& g) {
+  auto& ops = g.ops;
   std::map<std::string, int> readers;
   for (const auto& op : ops)
     for (const auto& a : op.args) ++readers[a];
-  for (const auto& o : p.graph.outputs) ++readers[o];
+  for (const auto& o : g.outputs) ++readers[o];
   std::vector<ir::Op> out;
   int fused = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -46,7 +47,19 @@ void fuse_norm_quant(CompileContext& cx) {
     out.push_back(std::move(op));
   }
   ops = std::move(out);
-  p.notes.push_back(fmt::format("fusion: {} rmsnorm + quantize pairs -> rmsnorm_quant", fused));
+  return fused;
+}
+
+}  // namespace
+
+void fuse_norm_quant(CompileContext& cx) {
+  ir::Plan& p = cx.plan;
+  if (p.kernel_family == "reference") return;
+  const auto graphs = plan_graphs(p);
+  const int fused = fuse_graph(*graphs[0]);
+  const int draft = graphs.size() > 1 ? fuse_graph(*graphs[1]) : 0;
+  p.notes.push_back(fmt::format("fusion: {} rmsnorm + quantize pairs -> rmsnorm_quant{}", fused,
+                                graphs.size() > 1 ? fmt::format(" (and {} in the draft head)", draft) : ""));
 }
 
 }  // namespace qrig::compiler::passes

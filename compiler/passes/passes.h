@@ -19,17 +19,22 @@ int64_t device_weight_bytes(const gguf::TensorInfo& t, bool cuda);
 // most one per layer. place_layers places stage s on element s; plan_memory budgets each stage by it.
 std::vector<const RigDevice*> pipeline_devices(const CompileContext& cx);
 
+// From plan_draft on, a plan that drafts has two graphs: the main one and the MTP head's (Plan::draft); the passes
+// after it treat both (quantize ops, fusions, kernel choices, arena layout, the head's cache and memory).
 void select_backend(CompileContext& cx);          // cpu or cuda, kernel family, arch target, tuning data
 void place_layers(CompileContext& cx);            // layer ranges per device; every op's device
 void choose_kv_format(CompileContext& cx);        // key and value cache element types (candidates; see below)
 void schedule_gdn(CompileContext& cx);            // chunk length, recurrent threshold
+void plan_draft(CompileContext& cx);              // speculative decoding: draft tokens, the MTP head's graph
 void quantize_matmul_inputs(CompileContext& cx);  // dp4a: explicit quantize ops, two-plane rule (precise_rows)
 void fuse_norm_quant(CompileContext& cx);         // rmsnorm + quantize -> rmsnorm_quant
 void stack_matmuls(CompileContext& cx);           // matmuls on one input -> matmul_stack
 void choose_kernels(CompileContext& cx);          // CUDA: kernel variants per op and range of rows, and why
-void plan_draft(CompileContext& cx);              // speculative decoding: draft tokens, the MTP head's graph
 void plan_prefix_cache(CompileContext& cx);       // cut and snapshot points, shared prefix cache budget
 void plan_memory(CompileContext& cx);             // bytes per device, arena offsets, context length that fits
+
+// The graphs the passes after plan_draft treat: the main graph, and the draft graph when the plan drafts.
+std::vector<ir::Graph*> plan_graphs(ir::Plan& p);
 
 // The KV-format pass's second half, which needs what the memory pass knows (choose_kv_format.cpp): the format
 // pairs whose context the memory pass tabulates (plan.memory.kv_fits), and the choice among them once that table
@@ -39,5 +44,8 @@ std::vector<kernels::KvPair> kv_table_pairs(const CompileContext& cx);
 // caches by the most compact of them, so that it never refuses a context the KV pass could still reach.
 std::vector<kernels::KvPair> kv_candidates(const CompileContext& cx);
 void settle_kv_format(CompileContext& cx);
+// CUDA plans that draft: the plan's current key and value formats on the draft graph's cache and ops (plan_draft
+// calls it after lowering the head; settle_kv_format then sets both graphs' formats together).
+void draft_kv_format(CompileContext& cx);
 
 }  // namespace qrig::compiler::passes

@@ -1,8 +1,11 @@
 // Pass: speculative decoding with the model's MTP head (docs/speculative.md). Decides whether a plan drafts and how
 // many tokens per step (--draft N forces N, 0 turns it off; without it a cost model chooses), lowers the MTP block
 // into the plan's draft graph (compiler/models/qwen35.cpp lower_qwen35_mtp) on the last stage's device, and says
-// why in a note. The memory pass counts what drafting holds per sequence (the head's own key and value cache, the
-// recurrent states a verify step keeps for a rollback).
+// why in a note. It runs before the quantize, fusion, kernel and memory passes, which then treat the draft graph as
+// they treat the main one (plan_graphs): on CUDA its int8 matmul inputs, fusions, kernel variants (the kernel
+// table's "draft" rows), its arena places and its own key and value cache in the plan's KV formats. The memory pass
+// counts what drafting holds per sequence (the head's cache, the recurrent states a verify step keeps for a
+// rollback, on CUDA the head's waiting hidden rows).
 //
 // The cost model, per step of one sequence: a verify of k + 1 positions costs what reading the weights once costs
 // or what computing k + 1 rows costs, whichever is more (the placement pass's decode and prefill figures per token);
@@ -10,13 +13,16 @@
 // probability a that a draft token is accepted given the previous one was, a step yields (1 - a^(k+1)) / (1 - a)
 // tokens on average. a is a prior until acceptance is measured on a trained model (kDraftAcceptancePrior); the
 // pass takes the k of 1..4 with the best expected tokens per unit of time, and none when no k beats plain decode
-// by kMinSpeedup.
+// by kMinSpeedup. On CUDA the model's choice is only reported: drafting there is on with --draft N and off by
+// default, because neither the acceptance nor the GPU's verify and draft steps have been measured yet (a trained
+// model with a real MTP head is needed), and its verify rows round differently from decode's (docs/speculative.md).
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "compiler/models/qwen35.h"
 #include "compiler/passes/passes.h"
+#include "kernels/matmul.h"
 
 namespace qrig::compiler::passes {
 
@@ -34,7 +40,25 @@ std::string off(ir::Plan& p, const std::string& why) {
   return why;
 }
 
+// CUDA: the head's matrices need kernels of the dp4a family (the main graph's were checked by select_backend).
+void require_cuda_head_types(const CompileContext& cx, const ir::Graph& g) {
+  for (const ir::Op& op : g.ops) {
+    if (op.kind != ir::OpKind::embed && op.kind != ir::OpKind::matmul) continue;
+    const gguf::TensorInfo* t = cx.file.find_tensor(op.s("weight"));
+    if (!t) throw CompileError(fmt::format("{}: tensor '{}' is missing", op.describe(), op.s("weight")));
+    if (t->type != gguf::TensorType::Q8_0 && !kernels::wq_dp4a_type((int64_t)t->type))
+      throw CompileError(fmt::format("--draft: the MTP head's weight {} is {}; the CUDA backend has no kernels for it "
+                                     "(--backend cpu drafts with it)", t->name, gguf::tensor_type_name(t->type)));
+  }
+}
+
 }  // namespace
+
+std::vector<ir::Graph*> plan_graphs(ir::Plan& p) {
+  std::vector<ir::Graph*> out{&p.graph};
+  if (p.draft_tokens > 0 && !p.draft.ops.empty()) out.push_back(&p.draft);
+  return out;
+}
 
 void plan_draft(CompileContext& cx) {
   ir::Plan& p = cx.plan;
@@ -52,13 +76,10 @@ void plan_draft(CompileContext& cx) {
     off(p, why);
   };
   if (hp.n_mtp < 1) return refuse("the model has no MTP block (nextn_predict_layers) to draft with");
-  if (p.backend != "cpu")
-    return refuse("speculative decoding is not implemented on the CUDA backend yet (it runs a verify step and its "
-                  "rollback, but not the MTP draft head, whose graph gets no CUDA kernels, arena or cache: "
-                  "--backend cpu)");
   if (p.placement.size() != 1)
     return refuse("speculative decoding is not implemented on a pipeline of several stages yet");
-  if (p.kernel_family != "reference")
+  const bool cuda = p.backend == "cuda";
+  if (!cuda && p.kernel_family != "reference")
     return refuse(fmt::format("speculative decoding is not implemented for the {} kernel family (its matmul "
                               "numerics change with the step's rows, so a verify would not reproduce decode)",
                               p.kernel_family));
@@ -93,6 +114,11 @@ void plan_draft(CompileContext& cx) {
   if (asked > 0) {
     p.draft_tokens = asked;
     why = fmt::format("--draft {}", asked);
+  } else if (cuda) {
+    off(p, fmt::format("on the CUDA backend drafting is turned on by --draft N (1..4); by default it stays off until "
+                       "acceptance and the GPU's draft and verify steps are measured with a trained MTP head (the "
+                       "cost model, acceptance prior {:.2f}: {})", a, table));
+    return;
   } else if (best < kMinSpeedup) {
     off(p, fmt::format("the cost model expects no gain (acceptance prior {:.2f}: {})", a, table));
     return;
@@ -108,6 +134,10 @@ void plan_draft(CompileContext& cx) {
   }
   p.draft = lower_qwen35_mtp(hp, cx.file);
   for (auto& op : p.draft.ops) op.set("device", pl.device);
+  if (cuda) {
+    require_cuda_head_types(cx, p.draft);
+    draft_kv_format(cx);  // the head's own cache in the plan's key and value formats
+  }
   p.notes.push_back(fmt::format("draft: {} token(s) per step from the MTP head blk.{} ({:.1f} MiB with the shared "
                                 "lm_head): {}", p.draft_tokens, hp.n_layer, (double)head_bytes / (1 << 20), why));
 }

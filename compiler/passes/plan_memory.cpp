@@ -65,13 +65,17 @@ struct DeviceParts {
   std::vector<std::pair<bool, int64_t>> kv_rows;  // per key (true) or value cache: values per position
   int64_t state_bytes = 0;         // per slot, non-positional
   int64_t draft_kv = 0;            // per slot and token: the MTP head's cache (plan_draft.cpp), f32 on the CPU
+  std::vector<std::pair<bool, int64_t>> draft_kv_rows;  // CUDA: the head's key / value caches, in the plan's formats
   int64_t draft_rollback = 0;      // per slot: the recurrent states a verify step keeps (draft_tokens of them)
+  int64_t draft_pending = 0;       // CUDA, per slot: the main model's hidden rows waiting for the head (f32)
+  int64_t draft_io = 0;            // CUDA: the step's hidden rows for the head, the head's input rows, its carry row
 };
 
-// Lays out the activations of the ops on `device`: best-fit reuse of regions freed before an op; writes `at`
-// (and `scratch`) on the ops. Returns the arena bytes.
-int64_t layout_arena(ir::Plan& p, const std::string& device, int64_t context) {
-  ir::Graph& g = p.graph;
+// Lays out the activations of the ops of `g` (the main graph or the draft head's) on `device`: best-fit reuse of
+// regions freed before an op; writes `at` (and `scratch`) on the ops. Returns the arena bytes. The two graphs never
+// run at once (the head runs after the main model's step has handed out its logits and copied the head's hidden
+// rows out of the arena), so both start at offset 0 and the arena is the larger of the two.
+int64_t layout_arena(ir::Plan& p, ir::Graph& g, const std::string& device, int64_t context) {
   const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;
   std::map<std::string, int64_t> last_use;
   for (size_t i = 0; i < g.ops.size(); ++i)
@@ -164,10 +168,19 @@ void plan_memory(CompileContext& cx) {
   m.weight_bytes = 0;
   std::map<std::string, bool> counted;
   WeightTypes weight_types;
-  for (const ir::Op& op : p.graph.ops) {
+  // The draft head's weights count once beside the main model's (it shares the embedding and the lm_head).
+  std::vector<const ir::Op*> weight_ops;
+  for (const ir::Op& op : p.graph.ops) weight_ops.push_back(&op);
+  if (p.draft_tokens > 0)
+    for (const ir::Op& op : p.draft.ops) weight_ops.push_back(&op);
+  const size_t main_ops = p.graph.ops.size();
+  m.draft_weight_bytes = 0;
+  for (size_t oi = 0; oi < weight_ops.size(); ++oi) {
+    const ir::Op& op = *weight_ops[oi];
     DeviceParts& d = parts.at(op.s("device"));
+    const bool head = oi >= main_ops;
     for (const char* key : {"state", "k_cache", "v_cache"})
-      if (op.has(key)) state_device[op.s(key)] = op.s("device");
+      if (op.has(key) && !head) state_device[op.s(key)] = op.s("device");
     std::vector<std::string> ws;
     for (const char* key : {"weight", "ssm_a", "dt_bias"})
       if (op.has(key)) ws.push_back(op.s(key));
@@ -180,22 +193,28 @@ void plan_memory(CompileContext& cx) {
       if (!t) throw CompileError(fmt::format("{}: tensor '{}' is missing", op.describe(), w));
       const int64_t b = device_weight_bytes(*t, cuda);
       d.mem.weights += b;
+      if (head) m.draft_weight_bytes += b;
       {  // a single-device CPU plan recounts below: it maps the whole file
         TypeTally& tt = weight_types[op.s("device")][gguf::tensor_type_name(t->type)];
         ++tt.tensors;
         tt.bytes += b;
       }
     }
-    if (cuda && op.kind == ir::OpKind::rope) d.mem.weights += op.i("rope_dims") / 2 * 8;  // inv_freq (f64)
+    if (cuda && op.kind == ir::OpKind::rope) {  // inv_freq (f64)
+      d.mem.weights += op.i("rope_dims") / 2 * 8;
+      if (head) m.draft_weight_bytes += op.i("rope_dims") / 2 * 8;
+    }
   }
   if (!cuda && order.size() == 1) {
     // The CPU maps the file: every tensor of the main model is resident (the MTP block is kept aside). Stages of a
     // multi-stage CPU plan count the tensors their ops read (the pages each touches).
     parts.at(order[0]).mem.weights = 0;
+    m.draft_weight_bytes = 0;
     weight_types.clear();
     for (const auto& t : cx.file.tensors())
       if (!is_mtp_tensor(t.name, hp) || p.draft_tokens > 0) {  // the draft head reads the MTP block
         parts.at(order[0]).mem.weights += (int64_t)t.n_bytes;
+        if (is_mtp_tensor(t.name, hp)) m.draft_weight_bytes += (int64_t)t.n_bytes;
         TypeTally& tt = weight_types[order[0]][gguf::tensor_type_name(t.type)];
         ++tt.tensors;
         tt.bytes += (int64_t)t.n_bytes;
@@ -228,14 +247,28 @@ void plan_memory(CompileContext& cx) {
   }
   // Speculative decoding: the MTP head's own key and value cache on the last device, and per draft token one copy
   // of the recurrent states, kept by a verify step for a rollback (docs/speculative.md).
-  m.draft_kv_bytes_per_token = m.draft_rollback_bytes = 0;
+  // CUDA: the head's cache in the plan's key and value formats (sized per format pair below, with the main caches),
+  // and what the head keeps per slot on the device: the main model's hidden rows that wait for their next token
+  // (at most a verify step's k + 1 and one more: runtime/cuda/draft_head.h), and, once, the buffers a step hands it
+  // rows through (the step's hidden rows, the head's input rows, the row a draft step carries to the next).
+  m.draft_kv_bytes_per_token = m.draft_rollback_bytes = m.draft_pending_bytes = m.draft_arena_bytes = 0;
   if (p.draft_tokens > 0) {
     DeviceParts& d = parts.at(order.back());
     for (const auto& st : p.draft.states)
-      if (!st.type.shape.empty() && st.type.shape[0] == ir::kContext) d.draft_kv += st.type.shape.back() * 4;
+      if (!st.type.shape.empty() && st.type.shape[0] == ir::kContext) {
+        if (cuda) d.draft_kv_rows.push_back({st.name.rfind("k.", 0) == 0, st.type.shape.back()});
+        else d.draft_kv += st.type.shape.back() * 4;
+      }
     for (const auto& dev : order) parts.at(dev).draft_rollback = p.draft_tokens * parts.at(dev).state_bytes;
     m.draft_kv_bytes_per_token = d.draft_kv;
     m.draft_rollback_bytes = p.draft_tokens * m.state_bytes_per_sequence;
+    if (cuda) {
+      const ir::Type& hidden = p.draft.inputs.at(3).type;
+      const int64_t width = hidden.shape.at(1);
+      d.draft_pending = (p.draft_tokens + 2) * width * 4;
+      d.draft_io = (2 * p.rows_per_call() + 1) * width * 4;
+      m.draft_pending_bytes = d.draft_pending;
+    }
   }
   m.snapshots_per_slot = kSnapshotsPerSlot;
   m.snapshot_bytes = 0;
@@ -278,13 +311,17 @@ void plan_memory(CompileContext& cx) {
     for (const auto& dev : order) {
       DeviceParts& d = parts.at(dev);
       d.mem.budget = budget_of.at(dev);
-      d.mem.states = slots * (d.state_bytes + d.draft_rollback);
+      d.mem.states = slots * (d.state_bytes + d.draft_rollback + d.draft_pending);
       d.mem.snapshots = slots * m.snapshots_per_slot * d.state_bytes;
       if (dev == order[0]) d.mem.snapshots += std::max<int64_t>(0, p.prefix_cache.budget_bytes);
       if (cuda) {
-        d.mem.arena = layout_arena(p, dev, context);
-        // tokens, positions; output rows, argmax; a stage's bridge buffers (two in, two out)
-        d.mem.io = 2 * max_t * 4 + 2 * max_r * 4 + 2 * max_t * bridge_width[dev] * 4;
+        d.mem.arena = layout_arena(p, p.graph, dev, context);
+        if (p.draft_tokens > 0 && dev == order.back()) {
+          m.draft_arena_bytes = layout_arena(p, p.draft, dev, context);
+          d.mem.arena = std::max(d.mem.arena, m.draft_arena_bytes);
+        }
+        // tokens, positions; output rows, argmax; a stage's bridge buffers (two in, two out); the head's rows
+        d.mem.io = 2 * max_t * 4 + 2 * max_r * 4 + 2 * max_t * bridge_width[dev] * 4 + d.draft_io;
         // the batched decode kernels' tables: per slot its recurrent states and each graph state's cache (device
         // pointers), and per step the slots and positions of its sequences (int32, two arrays of `slots`)
         d.mem.io += slots * (1 + (int64_t)p.graph.states.size()) * 8 + 2 * slots * 4;
@@ -329,10 +366,15 @@ void plan_memory(CompileContext& cx) {
   }
   // The KV-format pass's trade table (the context each format pair allows on each device), then its choice.
   // The CPU holds f16 caches as fp32 values and quantized ones in the GPU's layout (kernels/kv_format.h).
+  auto draft_kv_bytes = [&](const DeviceParts& d, kernels::KvPair pr) {
+    int64_t b = d.draft_kv;
+    for (const auto& [key, width] : d.draft_kv_rows) b += kernels::kv_row_bytes(key ? pr.k : pr.v, width, !cuda);
+    return b;
+  };
   auto kv_bytes = [&](const DeviceParts& d, kernels::KvPair pr) {
     int64_t b = 0;
     for (const auto& [key, width] : d.kv_rows) b += kernels::kv_row_bytes(key ? pr.k : pr.v, width, !cuda);
-    return b + d.draft_kv;
+    return b + draft_kv_bytes(d, pr);
   };
   constexpr int64_t kNoLimit = int64_t{1} << 40;  // a device without caches does not limit the context
   m.kv_fits.clear();
@@ -356,7 +398,8 @@ void plan_memory(CompileContext& cx) {
   for (const auto& dev : order) {
     DeviceParts& d = parts.at(dev);
     d.kv_bytes_per_token = kv_bytes(d, kv);
-    m.kv_bytes_per_token += d.kv_bytes_per_token - d.draft_kv;
+    m.kv_bytes_per_token += d.kv_bytes_per_token - draft_kv_bytes(d, kv);
+    if (p.draft_tokens > 0 && dev == order.back()) m.draft_kv_bytes_per_token = draft_kv_bytes(d, kv);
   }
   int64_t fits = INT64_MAX;
   for (const auto& dev : order) {
@@ -413,6 +456,14 @@ void plan_memory(CompileContext& cx) {
                                   "rollback copies of the recurrent states ({:.1f} MiB), counted in the states above",
                                   m.draft_kv_bytes_per_token, p.draft_tokens,
                                   (double)m.draft_rollback_bytes / (1 << 20)));
+  if (p.draft_tokens > 0 && cuda)
+    p.notes.push_back(fmt::format("memory: the MTP head on {}: its own weights {:.2f} MiB (the embedding and lm_head "
+                                  "are the main model's), its activations {:.2f} MiB sharing the arena with the main "
+                                  "graph's (they never run at once), {} B per sequence of hidden rows waiting for it "
+                                  "(in the states), {} B of step buffers (in io)",
+                                  order.back(), (double)m.draft_weight_bytes / (1 << 20),
+                                  (double)m.draft_arena_bytes / (1 << 20), m.draft_pending_bytes,
+                                  parts.at(order.back()).draft_io));
   if (p.prefix_cache.budget_bytes > 0)
     p.notes.push_back(fmt::format("prefix cache: {:.1f} MiB shared by all slots on {} (KV spans + snapshots, LRU; "
                                   "--prefix-cache-mib), cut every {} tokens and at message markers: {}",

@@ -9,13 +9,13 @@
 
 namespace qrig::compiler::passes {
 
-void stack_matmuls(CompileContext& cx) {
-  ir::Plan& p = cx.plan;
-  if (p.kernel_family == "reference") return;
-  auto& ops = p.graph.ops;
-  std::map<std::string, int> weight_uses;
-  for (const auto& op : ops)
-    if (op.has("weight")) ++weight_uses[op.s("weight")];
+namespace {
+
+// Stacks one graph's groups; returns how many. A weight used by both graphs (the draft head shares the main
+// model's lm_head) is stacked in neither: weight_uses counts the uses in every graph.
+int stack_graph(ir::Graph& g, const std::map<std::string, int>& weight_uses_all) {
+  auto& ops = g.ops;
+  std::map<std::string, int> weight_uses = weight_uses_all;
   auto stackable = [&](const ir::Op& o) {
     return o.kind == ir::OpKind::matmul && o.type().shape.size() == 2 && o.type().shape[0] == ir::kTokens &&
            weight_uses[o.s("weight")] == 1 && o.s("format") == "q8_0";
@@ -49,8 +49,24 @@ void stack_matmuls(CompileContext& cx) {
     i = j;
   }
   ops = std::move(out);
+  return stacks;
+}
+
+}  // namespace
+
+void stack_matmuls(CompileContext& cx) {
+  ir::Plan& p = cx.plan;
+  if (p.kernel_family == "reference") return;
+  const auto graphs = plan_graphs(p);
+  std::map<std::string, int> weight_uses;
+  for (const ir::Graph* g : graphs)
+    for (const auto& op : g->ops)
+      if (op.has("weight")) ++weight_uses[op.s("weight")];
+  const int stacks = stack_graph(*graphs[0], weight_uses);
+  const int draft = graphs.size() > 1 ? stack_graph(*graphs[1], weight_uses) : 0;
   p.notes.push_back(fmt::format("fusion: {} groups of matmuls on one input -> matmul_stack (one GEMV per group "
-                                "for single-row steps)", stacks));
+                                "for single-row steps){}", stacks,
+                                graphs.size() > 1 ? fmt::format("; {} in the draft head", draft) : ""));
 }
 
 }  // namespace qrig::compiler::passes

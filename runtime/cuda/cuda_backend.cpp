@@ -5,6 +5,9 @@
 // host for it, then copy it up to the next stage's device.
 #include <fmt/format.h>
 
+#include <optional>
+
+#include "runtime/cuda/draft_head.h"
 #include "runtime/cuda/executor.h"
 #include "runtime/pipeline.h"
 
@@ -69,21 +72,33 @@ void step_and_collect(CudaExecutor& ex, const std::vector<StepInput>& batch, con
   }
 }
 
+// A snapshot of a plan that drafts: the executor's, and the draft head's rows of the slot it was taken from.
+struct CudaDraftSnapshot : Snapshot {
+  std::shared_ptr<Snapshot> inner;
+  CudaDraftHead::Saved head;
+  int slot = -1;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ir::Plan& plan, const BackendOptions& opt)
-      : ex_(plan, open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs, opt.progress, {}}) {}
+      : ex_(plan, open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs, opt.progress, {}}) {
+    if (plan.draft_tokens > 0) head_.emplace(ex_);
+  }
   const ir::Plan& plan() const override { return ex_.plan(); }
   int slots() const override { return ex_.slots(); }
   int64_t vocab_rows() const override { return ex_.vocab_rows(); }
   int64_t context_length() const override { return ex_.plan().context_length; }
   int64_t position(int slot) const override { return ex_.position(slot); }
-  void reset(int slot) override { ex_.reset(slot); }
+  void reset(int slot) override {
+    ex_.reset(slot);
+    if (head_) head_->reset(slot);
+  }
 
   std::vector<std::vector<float>> step(const std::vector<StepInput>& batch) override {
     std::vector<std::vector<float>> out(batch.size());
     std::vector<std::optional<TopCandidates>> top(batch.size());
-    step_and_collect(ex_, batch, nullptr, -1, out, top);
+    run(batch, nullptr, out, top);
     return out;
   }
   int32_t top_k_max() const override { return cuda::kTopMax; }
@@ -93,19 +108,68 @@ class CudaBackend final : public Backend {
     if (select.size() != batch.size()) throw RuntimeError("step_select: one selection per input");
     std::vector<std::vector<float>> out(batch.size());
     top.assign(batch.size(), std::nullopt);
-    step_and_collect(ex_, batch, &select, -1, out, top);
+    run(batch, &select, out, top);
     return out;
   }
 
-  std::shared_ptr<Snapshot> save(int slot) const override { return ex_.save(slot); }
-  void restore(int slot, const Snapshot& snap) override { ex_.restore(slot, snap); }
+  std::shared_ptr<Snapshot> save(int slot) const override {
+    if (!head_) return ex_.save(slot);
+    auto snap = std::make_shared<CudaDraftSnapshot>();
+    snap->inner = ex_.save(slot);
+    snap->position = snap->inner->position;
+    snap->head = head_->save(slot);
+    snap->slot = slot;
+    return snap;
+  }
+  // The draft head's cache rows are positional and stay in their slot: a snapshot restores the head only into the
+  // slot it came from (else the head starts over there and the slot decodes without drafts until it resets).
+  void restore(int slot, const Snapshot& snap) override {
+    if (!head_) return ex_.restore(slot, snap);
+    const auto* ds = dynamic_cast<const CudaDraftSnapshot*>(&snap);
+    if (!ds) throw RuntimeError("snapshot of another backend");
+    ex_.restore(slot, *ds->inner);
+    if (ds->slot == slot) head_->restore(slot, ds->head);
+    else head_->reset(slot);
+  }
   int64_t snapshot_bytes() const override { return ex_.snapshot_bytes(); }
-  // The verify half of speculative decoding (a plan with draft_tokens > 0 keeps the states a rollback needs). The
-  // draft head does not run on CUDA yet, so draft_tokens() stays 0 and the engine never drafts here.
-  void rollback(int slot, int64_t position) override { ex_.rollback(slot, position); }
+
+  // Speculative decoding with the plan's MTP head (runtime/cuda/draft_head.h): the executor's verify step keeps the
+  // recurrent states a rollback needs, the head drafts on the device.
+  int draft_tokens() const override { return head_ ? (int)ex_.plan().draft_tokens : 0; }
+  bool can_draft(int slot) const override { return head_ && head_->ready(slot, ex_.position(slot)); }
+  std::vector<int32_t> draft(int slot, int32_t next, int k, const DraftPick& pick) override {
+    if (!head_) return Backend::draft(slot, next, k, pick);
+    if (k < 1 || k > draft_tokens()) throw RuntimeError(fmt::format("draft of {} tokens (the plan drafts {})", k, draft_tokens()));
+    if (next < 0 || next >= vocab_rows()) throw RuntimeError(fmt::format("token id {} is out of range", next));
+    return head_->draft(slot, ex_.position(slot), next, k, pick);
+  }
+  void rollback(int slot, int64_t position) override {
+    ex_.rollback(slot, position);
+    if (head_) head_->rollback(slot, position);
+  }
 
  private:
+  // The step, then (a plan that drafts) each input's rows to the draft head, after the logits were collected (the
+  // head shares the arena they are in).
+  void run(const std::vector<StepInput>& batch, const std::vector<Select>* select, std::vector<std::vector<float>>& out,
+           std::vector<std::optional<TopCandidates>>& top) {
+    std::vector<int64_t> from;
+    if (head_)
+      for (const StepInput& in : batch) from.push_back(ex_.position(in.slot));
+    step_and_collect(ex_, batch, select, -1, out, top);
+    if (!head_) return;
+    int64_t row = 0;
+    for (size_t k = 0; k < batch.size(); ++k) {
+      try {
+        head_->observe(batch[k].slot, from[k], batch[k].tokens, row, batch[k].logit_rows <= 1);
+      } catch (const std::exception&) {
+        head_->lose(batch[k].slot);  // drafting is an optimisation: the slot goes on without it
+      }
+      row += (int64_t)batch[k].tokens.size();
+    }
+  }
   CudaExecutor ex_;
+  std::optional<CudaDraftHead> head_;  // plans that draft (Plan::draft_tokens > 0)
 };
 
 // One stage of a pipeline plan on its GPU. Its executor keeps the stage's slots; compute() runs a unit as one

@@ -205,6 +205,10 @@ StepOutput CudaExecutor::step(const std::vector<StepInput>& batch, const std::ve
       } else {
         run_op(cx, s);
       }
+      // A plan that drafts: the rows the MTP head reads, out of the arena before later ops reuse their place.
+      if (m.hidden_value >= 0 && s.b->results.size() == 1 && s.b->results[0] == m.hidden_value)
+        cuda::copy_on_device(m.hidden_stage.data(), s.out[0], (size_t)(T * m.layout.draft_width) * 4, st,
+                             "the step's rows for the draft head");
       if (tap && !s.b->tap.empty()) {
         const int64_t w = m.graph->width(s.b->results[0]);
         std::vector<float> host((size_t)(n * w));
@@ -419,5 +423,102 @@ void CudaExecutor::rollback(int slot, int64_t position) {
 }
 
 int64_t CudaExecutor::snapshot_bytes() const { return impl_->layout.rec_floats * 4; }
+
+int64_t CudaExecutor::draft_width() const { return impl_->draft_graph ? impl_->layout.draft_width : 0; }
+int64_t CudaExecutor::draft_pending_rows() const { return impl_->draft_graph ? impl_->layout.draft_pending_rows : 0; }
+const float* CudaExecutor::step_hidden() const { return impl_->hidden_stage.data(); }
+const float* CudaExecutor::draft_carry() const { return impl_->draft_carry.data(); }
+float* CudaExecutor::draft_pending(int slot) { return impl_->slot(slot).draft_pending.data(); }
+
+void CudaExecutor::draft_copy(void* dst, const void* src, int64_t rows, DraftCopy how) try {
+  Impl& m = *impl_;
+  if (!m.draft_graph) throw RuntimeError("the plan has no draft head");
+  if (rows <= 0) return;
+  const size_t bytes = (size_t)(rows * m.layout.draft_width) * 4;
+  cuda::DeviceGuard guard(m.opt.device);
+  const cuda::StreamHandle st = m.stream->get();
+  switch (how) {
+    case DraftCopy::on_device: cuda::copy_on_device(dst, src, bytes, st, "draft head rows"); break;
+    case DraftCopy::to_host:
+      cuda::copy_to_host_async(dst, src, bytes, st, "draft head rows to the host");
+      m.stream->sync("draft head rows to the host");
+      break;
+    case DraftCopy::to_device:
+      cuda::copy_to_device_async(dst, src, bytes, st, "draft head rows to the device");
+      m.stream->sync("draft head rows to the device");  // the host rows may go as soon as this returns
+      break;
+  }
+} catch (const cuda::CudaError& e) {
+  throw RuntimeError(std::string("CUDA draft head: ") + e.what());
+}
+
+std::vector<float> CudaExecutor::draft_forward(int slot, int64_t pos, const std::vector<int32_t>& tokens,
+                                               const std::vector<DraftRows>& hidden, const std::vector<int32_t>& rows,
+                                               const TapFn& tap) {
+  Impl& m = *impl_;
+  if (!m.draft_graph) throw RuntimeError("the plan has no draft head");
+  m.slot(slot);
+  const int64_t T = (int64_t)tokens.size(), R = (int64_t)rows.size(), W = m.layout.draft_width;
+  if (T < 1 || T > m.layout.max_t)
+    throw RuntimeError(fmt::format("a draft head call of {} rows (1..{})", T, m.layout.max_t));
+  int64_t n = 0;
+  for (const DraftRows& h : hidden) {
+    if (h.n < 0 || !h.rows) throw RuntimeError("draft head: an empty part of its hidden rows");
+    n += h.n;
+  }
+  if (n != T) throw RuntimeError(fmt::format("draft head: {} hidden rows for {} tokens", n, T));
+  if (pos < 0 || pos + T > m.plan.context_length)
+    throw RuntimeError(fmt::format("draft head: rows {}..{} beyond the context length {}", pos, pos + T - 1,
+                                   m.plan.context_length));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= m.vocab_rows) throw RuntimeError(fmt::format("token id {} is out of range [0, {})", t, m.vocab_rows));
+  if (R > m.layout.max_r) throw RuntimeError(fmt::format("draft head: {} output rows (at most {})", R, m.layout.max_r));
+  for (int32_t r : rows)
+    if (r < 0 || r >= T) throw RuntimeError(fmt::format("draft head: output row {} of {} rows", r, T));
+  try {
+    cuda::DeviceGuard guard(m.opt.device);
+    const cuda::StreamHandle st = m.stream->get();
+    std::vector<int32_t> pos_h((size_t)T);
+    for (int64_t i = 0; i < T; ++i) pos_h[(size_t)i] = (int32_t)(pos + i);
+    cuda::copy_to_device_async(m.tokens_dev.data(), tokens.data(), (size_t)T * 4, st, "draft head tokens");
+    cuda::copy_to_device_async(m.pos_dev.data(), pos_h.data(), (size_t)T * 4, st, "draft head positions");
+    int64_t at = 0;
+    for (const DraftRows& h : hidden) {
+      float* dst = m.draft_hidden.data() + at * W;
+      if (h.host) cuda::copy_to_device_async(dst, h.rows, (size_t)(h.n * W) * 4, st, "draft head rows");
+      else cuda::copy_on_device(dst, h.rows, (size_t)(h.n * W) * 4, st, "draft head rows");
+      at += h.n;
+    }
+    const std::vector<StepInput> batch{StepInput{slot, tokens, R > 0}};
+    const std::vector<int64_t> offset{0}, keep{0};
+    const StepCx cx{m, batch, offset, rows, keep, T, R, st, false, true, pos};
+    for (const CudaStep& s : m.draft_steps) {
+      const int64_t nr = s.b->rows ? R : T;
+      if (nr == 0) continue;
+      run_op(cx, s);
+      if (s.b->results.size() == 1 && s.b->results[0] == m.carry_value)  // its last row, for the next draft step
+        cuda::copy_on_device(m.draft_carry.data(), s.out[0] + (T - 1) * W, (size_t)W * 4, st, "draft head carry");
+      if (tap && !s.b->tap.empty()) {
+        const int64_t w = m.draft_graph->width(s.b->results[0]);
+        std::vector<float> host((size_t)(nr * w));
+        cuda::copy_to_host_async(host.data(), s.out[0], host.size() * 4, st, "tap " + s.b->tap);
+        m.stream->sync("tap " + s.b->tap);
+        tap(s.b->tap, host.data(), nr, w);
+      }
+    }
+    std::vector<float> logits;
+    if (R > 0) {
+      logits.resize((size_t)(R * m.vocab_rows));
+      cuda::copy_to_host_async(logits.data(), m.draft_steps.back().out[0], logits.size() * 4, st, "draft head logits");
+    }
+    m.stream->sync("draft head");
+    m.last_rows = 0;  // the main step's logits were in the arena the head shares
+    return logits;
+  } catch (const cuda::KernelError& e) {
+    throw RuntimeError(std::string("CUDA draft head: ") + e.what());
+  } catch (const cuda::CudaError& e) {
+    throw RuntimeError(std::string("CUDA draft head: ") + e.what());
+  }
+}
 
 }  // namespace qrig::runtime

@@ -113,6 +113,33 @@ class CudaExecutor {
   // for bit what such a step leaves). Throws RuntimeError for any other position.
   void rollback(int slot, int64_t position);
 
+  // The MTP draft head's device side (plans with draft_tokens > 0; runtime/cuda/draft_head.h keeps its bookkeeping).
+  // Row t of the head pairs the main model's final-normed hidden h_t (the value its graph's hidden_from names) with
+  // the token at t + 1, at the head's own cache position t. A step copies the hidden rows of its tokens (T rows, the
+  // inputs' in order) to step_hidden(); each slot has draft_pending_rows() rows of its own (draft_pending) for rows
+  // waiting for their next token. draft_forward runs the head for `slot` over tokens.size() rows at head positions
+  // pos.. (their hidden rows: the parts in order, device or host rows of draft_width() floats), returning the logits
+  // of `rows` (indices into tokens; rows.size() x vocab_rows(), host) and leaving the last row's normed output
+  // (mtp_hidden_out, what the next row of the head on its own output reads) in draft_carry(). It shares the arena
+  // with the main graph: the last step's logits are gone afterwards (select_top / logits_row refuse). tap: the draft
+  // graph's taps (mtp_eh, mtp_hidden_out).
+  struct DraftRows {
+    const float* rows = nullptr;
+    int64_t n = 0;
+    bool host = false;
+  };
+  int64_t draft_width() const;         // 0: the plan does not draft
+  int64_t draft_pending_rows() const;
+  const float* step_hidden() const;
+  float* draft_pending(int slot);
+  const float* draft_carry() const;
+  std::vector<float> draft_forward(int slot, int64_t pos, const std::vector<int32_t>& tokens,
+                                   const std::vector<DraftRows>& hidden, const std::vector<int32_t>& rows,
+                                   const TapFn& tap = nullptr);
+  // Copies `rows` rows of draft_width() floats on the executor's stream (to or from the host: synchronously).
+  enum class DraftCopy { on_device, to_host, to_device };
+  void draft_copy(void* dst, const void* src, int64_t rows, DraftCopy how);
+
   // Recurrent state (conv + GDN; KV caches are append-only by position) of a slot, copied on the device.
   std::shared_ptr<Snapshot> save(int slot) const;
   void restore(int slot, const Snapshot& snap);

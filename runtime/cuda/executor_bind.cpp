@@ -40,6 +40,43 @@ Q8Value CudaExecutor::Impl::q8_at(int64_t offset, int64_t rows, int64_t width) c
   return v;
 }
 
+// The MTP draft head (plan draft_tokens > 0): the draft graph bound over the weights, kernels and arena of the main
+// one, its row buffers (counted in the layout's io bytes), the values it is fed from and carries.
+void CudaExecutor::Impl::bind_draft() {
+  draft_graph = std::make_unique<BoundGraph>(plan, plan.draft);
+  const ir::AttrValue* from = plan.draft.attr("hidden_from");
+  if (!from || !std::holds_alternative<std::string>(*from))
+    throw RuntimeError("the draft graph does not say which value feeds its %hidden (hidden_from)");
+  for (const BoundOp& b : graph->ops)
+    if (b.tap == std::get<std::string>(*from) && b.results.size() == 1) hidden_value = b.results[0];
+  for (const BoundOp& b : draft_graph->ops)
+    if (b.tap == "mtp_hidden_out" && b.results.size() == 1) carry_value = b.results[0];
+  const int64_t W = layout.draft_width;
+  if (hidden_value < 0 || graph->width(hidden_value) != W || graph->values[(size_t)hidden_value].rows)
+    throw RuntimeError(fmt::format("the main graph has no value tapped {} of {} values per token to feed the draft "
+                                   "head", std::get<std::string>(*from), W));
+  if (carry_value < 0 || draft_graph->width(carry_value) != W || draft_graph->values[(size_t)carry_value].rows)
+    throw RuntimeError(fmt::format("the draft graph has no value tapped mtp_hidden_out of {} values per token", W));
+  hidden_stage = cuda::DeviceBuffer<float>(opt.device, (size_t)(layout.max_t * W), "the step's rows for the draft head");
+  draft_hidden = cuda::DeviceBuffer<float>(opt.device, (size_t)(layout.max_t * W), "the draft head's input rows");
+  draft_carry = cuda::DeviceBuffer<float>(opt.device, (size_t)W, "the draft head's carried row");
+  KernelBinder kb{plan, *draft_graph, [this](const std::string& name) { return load(name); }, loader(), matmuls, gdns,
+                  attentions, batched_attentions, draft_steps};
+  draft_steps.reserve(draft_graph->ops.size());
+  for (const BoundOp& b : draft_graph->ops) {
+    draft_steps.emplace_back();
+    CudaStep& s = draft_steps.back();
+    s.g = draft_graph.get();
+    s.b = &b;
+    try {
+      bind_op_kernels(kb, s);
+      bind_op_resources(*this, s);
+    } catch (const ir::Error& e) {
+      throw RuntimeError(fmt::format("draft graph: {}: {}", s.b->op->describe(), e.what()));
+    }
+  }
+}
+
 void CudaExecutor::Impl::bind() {
   use_graphs = opt.graphs && plan.decode_graphs;
   if (plan.backend != "cuda") throw RuntimeError(fmt::format("the CUDA executor cannot run a '{}' plan", plan.backend));
@@ -102,6 +139,7 @@ void CudaExecutor::Impl::bind() {
     if (b.kind == ir::OpKind::bridge) bridge_in_step = (int)steps.size();
     steps.emplace_back();
     CudaStep& s = steps.back();
+    s.g = graph.get();
     s.b = &b;
     try {
       bind_op_kernels(kb, s);
@@ -128,6 +166,7 @@ void CudaExecutor::Impl::bind() {
   if ((layout.bridge_in_width > 0) != (bridge_in_step >= 0) || (layout.bridge_out_width > 0) != (bridge_out_value >= 0))
     throw RuntimeError("CUDA executor: the stage's bridges and its layout disagree (a bug)");
 
+  if (plan.draft_tokens > 0) bind_draft();
   tokens_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)layout.max_t, "step tokens");
   pos_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)layout.max_t, "step positions");
   rows_dev = cuda::DeviceBuffer<int32_t>(opt.device, (size_t)layout.max_r, "step output rows");
@@ -155,6 +194,16 @@ void CudaExecutor::Impl::bind() {
                                                        fmt::format("slot {} {}", i, graph->states[k].name));
         sl.cache.back().fill_bytes(0);
       }
+    }
+    if (draft_graph) {  // the MTP head's caches and its waiting hidden rows
+      for (size_t k = 0; k < draft_graph->states.size(); ++k) {
+        sl.draft_cache.emplace_back(opt.device, (size_t)layout.draft_cache_halves.at(k),
+                                    fmt::format("slot {} draft head {}", i, draft_graph->states[k].name));
+        sl.draft_cache.back().fill_bytes(0);
+      }
+      sl.draft_pending = cuda::DeviceBuffer<float>(opt.device, (size_t)(layout.draft_pending_rows * layout.draft_width),
+                                                   fmt::format("slot {} rows waiting for the draft head", i));
+      sl.draft_pending.fill_bytes(0);
     }
     allocated += layout.slot_bytes;
     slots.push_back(std::move(sl));

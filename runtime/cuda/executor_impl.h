@@ -32,6 +32,7 @@ struct Q8Value {
 
 // One bound op: its place in the bound graph, weights, kernels per range of rows and arena pointers.
 struct CudaStep {
+  const BoundGraph* g = nullptr;                // the graph it is an op of (the main one or the draft head's)
   const BoundOp* b = nullptr;
   std::vector<ir::LaunchRange> ranges;          // the plan's kernel attribute
   std::vector<const cuda::LoadedKernel*> kernel_of_range;  // single-kernel ops: one per range
@@ -75,6 +76,10 @@ struct Slot {
   cuda::DeviceBuffer<float> kept;
   int64_t kept_from = -1;  // n_past before the step that kept them (-1: nothing kept)
   int64_t kept_count = 0;
+  // The MTP draft head (plans that draft): per draft-graph state its cache (like `cache`), and the main model's
+  // hidden rows waiting for the head (runtime/cuda/draft_head.h keeps their count).
+  std::vector<cuda::DeviceBuffer<uint16_t>> draft_cache;
+  cuda::DeviceBuffer<float> draft_pending;
 };
 
 struct CudaSnapshot : Snapshot {
@@ -114,7 +119,7 @@ struct CudaExecutor::Impl {
   std::map<std::string, cuda::Q8Matrix> q8_by_name;
   std::map<std::string, cuda::Q8Matrix> stack_by_head;  // a stack's first tensor -> the whole stacked matrix
   std::map<std::string, const float*> f32_by_name;
-  std::map<int, const double*> rope_by_op;
+  std::map<const ir::Op*, const double*> rope_by_op;  // by the rope op (of either graph)
   int64_t allocated = 0;  // device bytes allocated at bind (checked against the layout)
 
   cuda::DeviceBuffer<char> arena;
@@ -151,13 +156,26 @@ struct CudaExecutor::Impl {
   std::vector<std::string> profile_order;
   std::vector<std::unique_ptr<cuda::Event>> profile_events;
 
+  // The MTP draft head (plan draft_tokens > 0, docs/speculative.md): the draft graph bound like the main one (its
+  // steps share the weights, kernels and arena), the main graph's value whose rows feed it (the op tapped as the
+  // draft graph's hidden_from: a step copies them to hidden_stage), the draft value whose last row a draft step
+  // carries to the next (mtp_hidden_out, copied to draft_carry), and the draft graph's %hidden rows (draft_hidden).
+  std::unique_ptr<BoundGraph> draft_graph;
+  std::vector<CudaStep> draft_steps;
+  std::vector<float*> draft_f32_of;
+  std::vector<Q8Value> draft_q8_of;
+  int hidden_value = -1;       // main graph value id (-1: the plan does not draft)
+  int carry_value = -1;        // draft graph value id
+  cuda::DeviceBuffer<float> hidden_stage, draft_hidden, draft_carry;
+
   // A pipeline stage (CudaOptions::stage): its bridge buffers (two in, two out: double-buffered), the step of its
   // incoming bridge op, and the value its outgoing bridge takes.
   cuda::DeviceBuffer<float> bridge_in[2], bridge_out[2];
   int bridge_in_step = -1;   // index into steps
   int bridge_out_value = -1; // value id
 
-  void bind();  // executor_bind.cpp
+  void bind();        // executor_bind.cpp
+  void bind_draft();  // the MTP head's graph (plans that draft)
   void upload_weights();  // executor_weights.cpp
   const cuda::LoadedKernel* load(const cuda::Variant& v);
   const cuda::LoadedKernel* load(const std::string& name) { return load(cuda::parse_variant(name)); }
@@ -191,8 +209,12 @@ struct StepCx {
   int64_t T, R;
   cuda::StreamHandle stream;
   bool decode;                         // every input has one token (decode_seq holds their slots and positions)
+  // A draft-graph call (one input): its caches are the slot's draft_cache, its rows start at head position draft_pos.
+  bool draft = false;
+  int64_t draft_pos = 0;
 };
 void bind_op_kernels(KernelBinder& kb, CudaStep& s);
+// The op's weights and arena places (s.g: which graph; the draft graph's values have their own places).
 void bind_op_resources(CudaExecutor::Impl& m, CudaStep& s);
 // The output rows' kernels the graph names: the argmax (loaded) and the top-k pair (names, for the selector).
 void bind_output_kernels(KernelBinder& kb, const cuda::LoadedKernel*& argmax, std::vector<std::string>& top_k);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -270,13 +271,21 @@ constexpr std::array<KernelsFn, ir::kOpKindCount> kKernels = [] {
 
 // ---- binding: weights and arena places --------------------------------------------------------------------
 
+// The places of the values of the op's graph (the main one or the draft head's).
+std::vector<float*>& f32_places(Impl& m, const CudaStep& s) {
+  return s.g == m.draft_graph.get() ? m.draft_f32_of : m.f32_of;
+}
+std::vector<Q8Value>& q8_places(Impl& m, const CudaStep& s) {
+  return s.g == m.draft_graph.get() ? m.draft_q8_of : m.q8_of;
+}
+
 // The arena places of the op's results (f32) and scratch, checked against the arena's size.
 void bind_places(Impl& m, CudaStep& s) {
   const ir::Op& op = *s.b->op;
   if (s.b->results.empty()) return;
   const auto at = offsets(op, "at", s.b->results.size());
   for (size_t k = 0; k < at.size(); ++k) {
-    const BoundValue& v = m.graph->values[(size_t)s.b->results[k]];
+    const BoundValue& v = s.g->values[(size_t)s.b->results[k]];
     const int64_t rows = v.rows ? m.layout.max_r : m.layout.max_t;
     const int64_t bytes = v.type.dtype == ir::DType::q8 ? rows * v.width * 2 : rows * v.width * 4;  // a lower bound
     if (at[k] < 0 || at[k] % 256 != 0 || at[k] + bytes > m.layout.arena_bytes)
@@ -284,10 +293,10 @@ void bind_places(Impl& m, CudaStep& s) {
                                      v.name, at[k], m.layout.arena_bytes));
     if (v.type.dtype == ir::DType::q8) {
       s.q8_out = m.q8_at(at[k], rows, v.width);
-      m.q8_of[(size_t)s.b->results[k]] = s.q8_out;
+      q8_places(m, s)[(size_t)s.b->results[k]] = s.q8_out;
     } else {
       s.out.push_back(reinterpret_cast<float*>(m.arena.data() + at[k]));
-      m.f32_of[(size_t)s.b->results[k]] = s.out.back();
+      f32_places(m, s)[(size_t)s.b->results[k]] = s.out.back();
     }
   }
   if (op.has("scratch")) {
@@ -319,18 +328,18 @@ void require_shape(const cuda::Q8Matrix& w, int64_t rows, int64_t cols, const ir
 
 void res_embed(Impl& m, CudaStep& s) {
   s.w = {q8_weight(m, s.b->op->s("weight"), *s.b->op)};
-  require_shape(s.w[0], s.w[0].rows, m.graph->width(s.b->results[0]), *s.b->op, s.b->op->s("weight"));
+  require_shape(s.w[0], s.w[0].rows, s.g->width(s.b->results[0]), *s.b->op, s.b->op->s("weight"));
 }
 void res_norm(Impl& m, CudaStep& s) {
   s.vec = f32_weight(m, s.b->op->s("weight"), *s.b->op);
   s.eps = (float)s.b->op->f("eps");
   if (s.b->kind == OpKind::rmsnorm_quant &&
-      scratch_bytes(s) < m.layout.max_t * m.graph->width(s.b->results[0]) * 4)
+      scratch_bytes(s) < m.layout.max_t * s.g->width(s.b->results[0]) * 4)
     throw RuntimeError(fmt::format("{}: no scratch for the normalised rows (recompile the plan)", s.b->op->describe()));
 }
 void res_matmul(Impl& m, CudaStep& s) {
   s.w = {q8_weight(m, s.b->op->s("weight"), *s.b->op)};
-  require_shape(s.w[0], m.graph->width(s.b->results[0]), m.graph->width(s.b->args[0]), *s.b->op, s.b->op->s("weight"));
+  require_shape(s.w[0], s.g->width(s.b->results[0]), s.g->width(s.b->args[0]), *s.b->op, s.b->op->s("weight"));
 }
 void res_matmul_stack(Impl& m, CudaStep& s) {
   const ir::Op& op = *s.b->op;
@@ -338,7 +347,7 @@ void res_matmul_stack(Impl& m, CudaStep& s) {
   if (ws.size() > 4) throw RuntimeError(op.describe() + ": at most 4 stacked weights");
   for (size_t k = 0; k < ws.size(); ++k) {
     s.w.push_back(q8_weight(m, ws[k], op));
-    require_shape(s.w.back(), m.graph->width(s.b->results[k]), m.graph->width(s.b->args[0]), op, ws[k]);
+    require_shape(s.w.back(), s.g->width(s.b->results[k]), s.g->width(s.b->args[0]), op, ws[k]);
   }
   auto it = m.stack_by_head.find(ws.at(0));
   if (it == m.stack_by_head.end()) throw RuntimeError(op.describe() + ": its weights were not uploaded as a stack");
@@ -360,8 +369,7 @@ void res_head_norm(Impl& m, CudaStep& s) {
   s.eps = (float)s.b->op->f("eps");
 }
 void res_rope(Impl& m, CudaStep& s) {
-  const size_t index = (size_t)(s.b - m.graph->ops.data());
-  auto it = m.rope_by_op.find((int)index);
+  auto it = m.rope_by_op.find(s.b->op);
   if (it == m.rope_by_op.end()) throw RuntimeError(s.b->op->describe() + ": no RoPE table was uploaded");
   s.inv_freq = it->second;
 }
@@ -425,7 +433,7 @@ void run_rmsnorm_quant(const StepCx& c, const CudaStep& s) {
 void run_quantize(const StepCx& c, const CudaStep& s) {
   const int64_t n = s.b->rows ? c.R : c.T;
   cuda::launch_quant_act_q8(s.kernel_for(n), f32_in(c, s, 0), s.q8_out.q, s.q8_out.d, s.q8_out.q2,
-                            n * c.m.graph->width(s.b->results[0]), c.stream);
+                            n * s.g->width(s.b->results[0]), c.stream);
 }
 void run_matmul(const StepCx& c, const CudaStep& s) {
   const int64_t n = s.b->rows ? c.R : c.T;
@@ -449,13 +457,13 @@ void run_matmul_stack(const StepCx& c, const CudaStep& s) {
 }
 void run_add(const StepCx& c, const CudaStep& s) {
   const int64_t n = s.b->rows ? c.R : c.T;
-  cuda::launch_add_f32(s.kernel_for(n), f32_in(c, s, 0), f32_in(c, s, 1), s.out[0], n * c.m.graph->width(s.b->results[0]),
+  cuda::launch_add_f32(s.kernel_for(n), f32_in(c, s, 0), f32_in(c, s, 1), s.out[0], n * s.g->width(s.b->results[0]),
                        c.stream);
 }
 void run_swiglu(const StepCx& c, const CudaStep& s) {
   const int64_t n = s.b->rows ? c.R : c.T;
   cuda::launch_swiglu_f32(s.kernel_for(n), f32_in(c, s, 0), f32_in(c, s, 1), s.out[0],
-                          n * c.m.graph->width(s.b->results[0]), c.stream);
+                          n * s.g->width(s.b->results[0]), c.stream);
 }
 void run_gated_rmsnorm(const StepCx& c, const CudaStep& s) {
   cuda::launch_gated_rmsnorm_f32(s.kernel_for(c.T), f32_in(c, s, 0), f32_in(c, s, 1), s.vec, c.T, s.b->op->i("heads"),
@@ -463,7 +471,7 @@ void run_gated_rmsnorm(const StepCx& c, const CudaStep& s) {
 }
 void run_head_rmsnorm(const StepCx& c, const CudaStep& s) {
   const ir::Op& op = *s.b->op;
-  cuda::launch_head_rmsnorm_f32(s.kernel_for(c.T), f32_in(c, s, 0), c.m.graph->width(s.b->args[0]), op.i("head_stride"),
+  cuda::launch_head_rmsnorm_f32(s.kernel_for(c.T), f32_in(c, s, 0), s.g->width(s.b->args[0]), op.i("head_stride"),
                                 op.i("head_offset"), s.vec, c.T, op.i("heads"), s.eps, s.out[0], c.stream);
 }
 void run_rope(const StepCx& c, const CudaStep& s) {
@@ -471,7 +479,7 @@ void run_rope(const StepCx& c, const CudaStep& s) {
                              s.b->op->i("heads"), s.inv_freq, c.stream);
 }
 void run_gather_rows(const StepCx& c, const CudaStep& s) {
-  const int64_t w = c.m.graph->width(s.b->results[0]);
+  const int64_t w = s.g->width(s.b->results[0]);
   const float* x = f32_in(c, s, 0);
   for (int64_t r = 0; r < c.R; ++r)
     cuda::copy_on_device(s.out[0] + r * w, x + (int64_t)c.out_rows[(size_t)r] * w, (size_t)w * 4, c.stream,
@@ -479,8 +487,8 @@ void run_gather_rows(const StepCx& c, const CudaStep& s) {
 }
 void run_concat(const StepCx& c, const CudaStep& s) {
   const int64_t n = s.b->rows ? c.R : c.T;
-  cuda::launch_concat_f32(s.kernel_for(n), f32_in(c, s, 0), c.m.graph->width(s.b->args[0]), f32_in(c, s, 1),
-                          c.m.graph->width(s.b->args[1]), n, s.out[0], c.stream);
+  cuda::launch_concat_f32(s.kernel_for(n), f32_in(c, s, 0), s.g->width(s.b->args[0]), f32_in(c, s, 1),
+                          s.g->width(s.b->args[1]), n, s.out[0], c.stream);
 }
 // The receiving side of a bridge: the stage's step copied the rows in from its bridge buffer before any op ran
 // (outside CUDA graphs: the buffer alternates between steps), so nothing is left to launch.
@@ -493,7 +501,7 @@ void run_batched(const StepCx& c, const CudaStep& s, int range) {
   const ir::Op& op = *s.b->op;
   switch (s.b->kind) {
     case OpKind::conv1d_silu: {
-      const int64_t w = m.graph->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
+      const int64_t w = s.g->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
       cuda::launch_conv1d_silu_batched(*s.decode_kernel_of_range[(size_t)range], f32_in(c, s, 0), B, w, s.vec,
                                        m.rec_table(), m.seq_slots(), so, s.out[0], c.stream);
       break;
@@ -506,11 +514,11 @@ void run_batched(const StepCx& c, const CudaStep& s, int range) {
       break;
     }
     case OpKind::kv_write: {
-      const kernels::KvPair kv{cuda::cache_format(m.graph->states[(size_t)s.b->k_state]),
-                               cuda::cache_format(m.graph->states[(size_t)s.b->v_state])};
+      const kernels::KvPair kv{cuda::cache_format(s.g->states[(size_t)s.b->k_state]),
+                               cuda::cache_format(s.g->states[(size_t)s.b->v_state])};
       cuda::launch_kv_write_batched(*s.decode_kernel_of_range[(size_t)range], f32_in(c, s, 0), f32_in(c, s, 1),
                                     m.cache_table(s.b->k_state), m.cache_table(s.b->v_state), m.seq_slots(),
-                                    m.seq_positions(), B, m.graph->states[(size_t)s.b->k_state].row_width,
+                                    m.seq_positions(), B, s.g->states[(size_t)s.b->k_state].row_width,
                                     op.i("layer"), kv, c.stream);
       break;
     }
@@ -520,7 +528,7 @@ void run_batched(const StepCx& c, const CudaStep& s, int range) {
       s.decode_att_of_range[(size_t)range]->run(f32_in(c, s, 0), m.cache_table(s.b->k_state),
                                                 m.cache_table(s.b->v_state), m.seq_slots(), m.seq_positions(), pos,
                                                 (float)op.f("scale"), f32_in(c, s, 1) + op.i("gate_offset"),
-                                                m.graph->width(s.b->args[1]), op.i("gate_head_stride"), s.out[0],
+                                                s.g->width(s.b->args[1]), op.i("gate_head_stride"), s.out[0],
                                                 s.scratch, c.stream);
       break;
     }
@@ -532,41 +540,43 @@ void run_batched(const StepCx& c, const CudaStep& s, int range) {
 // once over all of them).
 void run_per_sequence(const StepCx& c, const CudaStep& s) {
   Impl& m = c.m;
-  if (c.decode && c.batch.size() >= 2)
+  if (c.decode && c.batch.size() >= 2 && !c.draft)
     if (const int r = s.batched_range_for((int64_t)c.batch.size()); r >= 0) return run_batched(c, s, r);
   for (size_t k = 0; k < c.batch.size(); ++k) {
     Slot& sl = m.slot(c.batch[k].slot);
     const int64_t off = c.offset[k], nt = (int64_t)c.batch[k].tokens.size();
-    auto in = [&](size_t a) { return f32_in(c, s, a) + off * m.graph->width(s.b->args[a]); };
+    // The draft head's call: its own caches, at its own positions.
+    std::vector<cuda::DeviceBuffer<uint16_t>>& cache = c.draft ? sl.draft_cache : sl.cache;
+    const int64_t past = c.draft ? c.draft_pos : sl.n_past;
+    auto in = [&](size_t a) { return f32_in(c, s, a) + off * s.g->width(s.b->args[a]); };
     switch (s.b->kind) {
       case OpKind::conv1d_silu: {
-        const int64_t w = m.graph->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
+        const int64_t w = s.g->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
         cuda::launch_conv1d_silu_f32(s.kernel_for(nt), in(0), nt, w, s.vec, sl.rec.data() + so, s.out[0] + off * w,
                                      c.stream, c.keep[k] > 0 ? sl.kept.data() + so : nullptr, c.keep[k],
                                      m.layout.rec_floats);
         break;
       }
       case OpKind::gdn: {
-        const int64_t w = m.graph->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
+        const int64_t w = s.g->width(s.b->results[0]), so = m.layout.state_offset[(size_t)s.b->state];
         s.gdn->run(in(0), in(1), in(2), s.ssm_a, s.dt_bias, nt, sl.rec.data() + so, s.out[0] + off * w, s.scratch,
                    c.stream, c.keep[k] > 0 ? sl.kept.data() + so : nullptr, c.keep[k], m.layout.rec_floats);
         break;
       }
       case OpKind::kv_write: {
         const ir::Op& op = *s.b->op;
-        const kernels::KvPair kv{cuda::cache_format(m.graph->states[(size_t)s.b->k_state]),
-                                 cuda::cache_format(m.graph->states[(size_t)s.b->v_state])};
-        const int64_t W = m.graph->states[(size_t)s.b->k_state].row_width;
-        cuda::launch_kv_write(s.kernel_for(nt), in(0), in(1), sl.cache[(size_t)s.b->k_state].data(),
-                              sl.cache[(size_t)s.b->v_state].data(), sl.n_past, nt, W,
-                              op.i("layer"), kv, c.stream);
+        const kernels::KvPair kv{cuda::cache_format(s.g->states[(size_t)s.b->k_state]),
+                                 cuda::cache_format(s.g->states[(size_t)s.b->v_state])};
+        const int64_t W = s.g->states[(size_t)s.b->k_state].row_width;
+        cuda::launch_kv_write(s.kernel_for(nt), in(0), in(1), cache[(size_t)s.b->k_state].data(),
+                              cache[(size_t)s.b->v_state].data(), past, nt, W, op.i("layer"), kv, c.stream);
         break;
       }
       case OpKind::attention: {
         const ir::Op& op = *s.b->op;
-        const int64_t w = m.graph->width(s.b->results[0]);
-        s.att->run(in(0), sl.cache[(size_t)s.b->k_state].data(), sl.cache[(size_t)s.b->v_state].data(), nt, sl.n_past,
-                   (float)op.f("scale"), in(1) + op.i("gate_offset"), m.graph->width(s.b->args[1]),
+        const int64_t w = s.g->width(s.b->results[0]);
+        s.att->run(in(0), cache[(size_t)s.b->k_state].data(), cache[(size_t)s.b->v_state].data(), nt, past,
+                   (float)op.f("scale"), in(1) + op.i("gate_offset"), s.g->width(s.b->args[1]),
                    op.i("gate_head_stride"), s.out[0] + off * w, s.scratch, c.stream);
         break;
       }
@@ -614,10 +624,13 @@ void bind_output_kernels(KernelBinder& kb, const cuda::LoadedKernel*& argmax, st
 }
 
 void bind_op_resources(Impl& m, CudaStep& s) {
-  if (m.f32_of.empty()) {
-    m.f32_of.assign(m.graph->values.size(), nullptr);
-    m.q8_of.assign(m.graph->values.size(), Q8Value{});
+  std::vector<float*>& f32_of = f32_places(m, s);
+  std::vector<Q8Value>& q8_of = q8_places(m, s);
+  if (f32_of.empty()) {
+    f32_of.assign(s.g->values.size(), nullptr);
+    q8_of.assign(s.g->values.size(), Q8Value{});
   }
+  if (s.g->has_hidden) f32_of[BoundGraph::kHidden] = m.draft_hidden.data();  // the draft head's %hidden rows
   // A bridge's argument lives on the stage before: the rows arrive in the bridge buffer.
   if (s.b->kind == OpKind::bridge) {
     s.in.push_back(nullptr);
@@ -631,14 +644,14 @@ void bind_op_resources(Impl& m, CudaStep& s) {
       s.in.push_back(nullptr);
       continue;
     }
-    const BoundValue& v = m.graph->values[(size_t)id];
+    const BoundValue& v = s.g->values[(size_t)id];
     if (v.type.dtype == ir::DType::q8) {
-      if (a != 0 || !m.q8_of[(size_t)id].q) throw RuntimeError(fmt::format("{}: %{} has no place", s.b->op->describe(), v.name));
-      s.q8_in = m.q8_of[(size_t)id];
+      if (a != 0 || !q8_of[(size_t)id].q) throw RuntimeError(fmt::format("{}: %{} has no place", s.b->op->describe(), v.name));
+      s.q8_in = q8_of[(size_t)id];
       s.in.push_back(nullptr);
     } else {
-      if (!m.f32_of[(size_t)id]) throw RuntimeError(fmt::format("{}: %{} has no place", s.b->op->describe(), v.name));
-      s.in.push_back(m.f32_of[(size_t)id]);
+      if (!f32_of[(size_t)id]) throw RuntimeError(fmt::format("{}: %{} has no place", s.b->op->describe(), v.name));
+      s.in.push_back(f32_of[(size_t)id]);
     }
   }
   bind_places(m, s);
@@ -647,6 +660,8 @@ void bind_op_resources(Impl& m, CudaStep& s) {
 
 std::vector<std::string> kernels_loaded_by(const ir::Plan& plan) {
   const BoundGraph graph(plan);
+  std::optional<BoundGraph> draft;
+  if (plan.draft_tokens > 0) draft.emplace(plan, plan.draft);
   std::set<std::string> names;
   std::map<std::string, std::unique_ptr<cuda::LoadedKernel>> owned;
   std::vector<std::unique_ptr<cuda::MatmulKernels>> matmuls;
@@ -664,8 +679,19 @@ std::vector<std::string> kernels_loaded_by(const ir::Plan& plan) {
   KernelBinder kb{plan, graph, fake, [&](const cuda::Variant& v) { return *fake(v.name); }, matmuls, gdns, attentions,
                   batched_attentions, steps};
   for (size_t i = 0; i < graph.ops.size(); ++i) {
+    steps[i].g = &graph;
     steps[i].b = &graph.ops[i];
     bind_op_kernels(kb, steps[i]);
+  }
+  if (draft) {  // the draft head's ops, bound over their own graph
+    std::vector<CudaStep> draft_steps(draft->ops.size());
+    KernelBinder dkb{plan, *draft, fake, [&](const cuda::Variant& v) { return *fake(v.name); }, matmuls, gdns,
+                     attentions, batched_attentions, draft_steps};
+    for (size_t i = 0; i < draft->ops.size(); ++i) {
+      draft_steps[i].g = &*draft;
+      draft_steps[i].b = &draft->ops[i];
+      bind_op_kernels(dkb, draft_steps[i]);
+    }
   }
   const cuda::LoadedKernel* argmax = nullptr;
   std::vector<std::string> top_k;

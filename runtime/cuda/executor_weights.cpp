@@ -73,13 +73,13 @@ void CudaExecutor::Impl::upload_weights() {
         break;
       }
       case cuda::WeightUpload::rope_table: {
-        const ir::Op& op = *graph->ops.at((size_t)w.op).op;
+        const ir::Op& op = w.draft ? plan.draft.ops.at((size_t)w.op) : *graph->ops.at((size_t)w.op).op;
         const auto inv = cuda::rope_inv_freq(op.i("rope_dims"), (float)op.f("theta"));
         if ((int64_t)inv.size() != w.rows) throw RuntimeError(op.describe() + ": RoPE table size");
         weight_f64.emplace_back(opt.device, inv.size(), op.describe() + " inv_freq");
         weight_f64.back().upload(inv);
         allocated += w.rows * 8;
-        rope_by_op[w.op] = weight_f64.back().data();
+        rope_by_op[&op] = weight_f64.back().data();
         break;
       }
     }

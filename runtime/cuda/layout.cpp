@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -89,65 +90,79 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
                                      gguf::tensor_type_name(t.type), t.shape_string()));
     L.weights.push_back({WeightUpload::f32, {name}, -1, n, 1, n * 4});
   };
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    const runtime::BoundOp& b = g.ops[i];
-    const ir::Op& op = *b.op;
-    const int64_t width = b.results.empty() ? 0 : g.width(b.results[0]);
-    if (!stage.empty() && b.kind == ir::OpKind::bridge && op.s("from") == stage) L.bridge_out_width = width;
-    if (!on_stage(op, stage)) continue;
-    for (int st : {b.state, b.k_state, b.v_state})
-      if (st >= 0) used_state[(size_t)st] = true;
-    if (b.state >= 0 && (b.kind == ir::OpKind::conv1d_silu || b.kind == ir::OpKind::gdn))
-      keeps_state[(size_t)b.state] = true;
-    if (b.kind == ir::OpKind::gather_rows) L.has_output = true;
-    if (b.kind == ir::OpKind::bridge) L.bridge_in_width = width;
-    switch (b.kind) {
-      case ir::OpKind::embed:
-        q8(op, op.s("weight"));
-        L.vocab_rows = (int64_t)need(f, op.s("weight"), op).ne[1];
-        break;
-      case ir::OpKind::rmsnorm:
-      case ir::OpKind::rmsnorm_quant: f32(op, op.s("weight"), width); break;
-      case ir::OpKind::matmul: q8(op, op.s("weight")); break;
-      case ir::OpKind::matmul_stack: {
-        WeightUpload w{WeightUpload::q8_stack, op.strs("weights"), -1, 0, -1, 0};
-        for (const auto& name : w.tensors) {
-          if (!seen.insert(name).second)
-            throw RuntimeError(fmt::format("{}: weight '{}' is used twice; a stacked weight is used once", op.describe(), name));
-          const gguf::TensorInfo& t = need_q8(f, name, op);
-          if (w.cols >= 0 && (int64_t)t.ne[0] != w.cols)
-            throw RuntimeError(fmt::format("{}: stacked weights of different widths", op.describe()));
-          w.cols = (int64_t)t.ne[0];
-          w.rows += (int64_t)t.ne[1];
+  if (plan.draft_tokens > 0 && (!stage.empty() || plan.placement.size() != 1))
+    throw RuntimeError("plan: a plan that drafts runs on one stage");
+  std::optional<runtime::BoundGraph> draft;
+  if (plan.draft_tokens > 0) draft.emplace(plan, plan.draft);
+  // The weights of the main graph's ops, then of the draft graph's (those not uploaded for the main graph).
+  for (int pass = 0; pass < (draft ? 2 : 1); ++pass) {
+    const runtime::BoundGraph& gr = pass == 0 ? g : *draft;
+    for (size_t i = 0; i < gr.ops.size(); ++i) {
+      const runtime::BoundOp& b = gr.ops[i];
+      const ir::Op& op = *b.op;
+      const int64_t width = b.results.empty() ? 0 : gr.width(b.results[0]);
+      if (!stage.empty() && b.kind == ir::OpKind::bridge && op.s("from") == stage) L.bridge_out_width = width;
+      if (!on_stage(op, stage)) continue;
+      if (pass == 0) {
+        for (int st : {b.state, b.k_state, b.v_state})
+          if (st >= 0) used_state[(size_t)st] = true;
+        if (b.state >= 0 && (b.kind == ir::OpKind::conv1d_silu || b.kind == ir::OpKind::gdn))
+          keeps_state[(size_t)b.state] = true;
+        if (b.kind == ir::OpKind::gather_rows) L.has_output = true;
+        if (b.kind == ir::OpKind::bridge) L.bridge_in_width = width;
+      } else if (b.state >= 0 || b.kind == ir::OpKind::bridge) {
+        throw RuntimeError(fmt::format("draft graph: {} (the head has key and value caches only)", op.describe()));
+      }
+      switch (b.kind) {
+        case ir::OpKind::embed:
+          q8(op, op.s("weight"));
+          if (pass == 0) L.vocab_rows = (int64_t)need(f, op.s("weight"), op).ne[1];
+          break;
+        case ir::OpKind::rmsnorm:
+        case ir::OpKind::rmsnorm_quant: f32(op, op.s("weight"), width); break;
+        case ir::OpKind::matmul: q8(op, op.s("weight")); break;
+        case ir::OpKind::matmul_stack: {
+          WeightUpload w{WeightUpload::q8_stack, op.strs("weights"), -1, 0, -1, 0};
+          for (const auto& name : w.tensors) {
+            if (!seen.insert(name).second)
+              throw RuntimeError(fmt::format("{}: weight '{}' is used twice; a stacked weight is used once", op.describe(), name));
+            const gguf::TensorInfo& t = need_q8(f, name, op);
+            if (w.cols >= 0 && (int64_t)t.ne[0] != w.cols)
+              throw RuntimeError(fmt::format("{}: stacked weights of different widths", op.describe()));
+            w.cols = (int64_t)t.ne[0];
+            w.rows += (int64_t)t.ne[1];
+          }
+          w.bytes = (int64_t)(q8_qs_bytes(w.rows, w.cols) + q8_scale_bytes(w.rows, w.cols));
+          L.weights.push_back(std::move(w));
+          break;
         }
-        w.bytes = (int64_t)(q8_qs_bytes(w.rows, w.cols) + q8_scale_bytes(w.rows, w.cols));
-        L.weights.push_back(std::move(w));
-        break;
+        case ir::OpKind::conv1d_silu: {
+          const runtime::BoundState& st = gr.states.at((size_t)b.state);
+          f32(op, op.s("weight"), (st.shape.at(0) + 1) * width);
+          break;
+        }
+        case ir::OpKind::gdn:
+          f32(op, op.s("ssm_a"), op.i("value_heads"));
+          f32(op, op.s("dt_bias"), op.i("value_heads"));
+          break;
+        case ir::OpKind::gated_rmsnorm:
+        case ir::OpKind::head_rmsnorm: f32(op, op.s("weight"), op.i("head_dim")); break;
+        case ir::OpKind::rope: {
+          const int64_t n = op.i("rope_dims") / 2;
+          WeightUpload w{WeightUpload::rope_table, {}, (int)i, n, 1, n * 8};
+          w.draft = pass == 1;
+          L.weights.push_back(std::move(w));
+          break;
+        }
+        case ir::OpKind::quantize:
+        case ir::OpKind::add:
+        case ir::OpKind::swiglu:
+        case ir::OpKind::kv_write:
+        case ir::OpKind::attention:
+        case ir::OpKind::gather_rows:
+        case ir::OpKind::concat:
+        case ir::OpKind::bridge: break;
       }
-      case ir::OpKind::conv1d_silu: {
-        const runtime::BoundState& st = g.states.at((size_t)b.state);
-        f32(op, op.s("weight"), (st.shape.at(0) + 1) * width);
-        break;
-      }
-      case ir::OpKind::gdn:
-        f32(op, op.s("ssm_a"), op.i("value_heads"));
-        f32(op, op.s("dt_bias"), op.i("value_heads"));
-        break;
-      case ir::OpKind::gated_rmsnorm:
-      case ir::OpKind::head_rmsnorm: f32(op, op.s("weight"), op.i("head_dim")); break;
-      case ir::OpKind::rope: {
-        const int64_t n = op.i("rope_dims") / 2;
-        L.weights.push_back({WeightUpload::rope_table, {}, (int)i, n, 1, n * 8});
-        break;
-      }
-      case ir::OpKind::quantize:
-      case ir::OpKind::add:
-      case ir::OpKind::swiglu:
-      case ir::OpKind::kv_write:
-      case ir::OpKind::attention:
-      case ir::OpKind::gather_rows:
-      case ir::OpKind::concat:
-      case ir::OpKind::bridge: break;
     }
   }
   for (const auto& w : L.weights) L.weight_bytes += w.bytes;
@@ -204,6 +219,23 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
   if (plan.draft_tokens < 0) throw RuntimeError(fmt::format("plan: draft_tokens {}", plan.draft_tokens));
   L.kept_floats = plan.draft_tokens * L.rec_floats;
   L.slot_bytes += (L.rec_floats + L.kept_floats) * 4;
+  if (draft) {  // the MTP head: its caches and waiting rows per slot, its row buffers (draft_head.h)
+    if (!draft->has_hidden) throw RuntimeError("plan: the draft graph has no %hidden input");
+    L.draft_width = draft->width(runtime::BoundGraph::kHidden);
+    L.draft_pending_rows = plan.draft_tokens + 2;
+    for (const runtime::BoundState& st : draft->states) {
+      if (!st.positional) throw RuntimeError(fmt::format("draft graph: state %{} is not a key or value cache", st.name));
+      const kernels::KvFormat fmt_ = cache_format(st);
+      if (st.row_width <= 0 || st.elements % st.row_width != 0 || !kernels::kv_width_ok(fmt_, st.row_width))
+        throw RuntimeError(fmt::format("draft graph: state %{} cannot be a {} cache", st.name,
+                                       kernels::kv_format_name(fmt_)));
+      const int64_t bytes = st.elements / st.row_width * kernels::kv_row_bytes(fmt_, st.row_width, false);
+      L.draft_cache_halves.push_back((bytes + 1) / 2);
+      L.slot_bytes += bytes;
+    }
+    L.slot_bytes += L.draft_pending_rows * L.draft_width * 4;
+    L.io_bytes += (2 * L.max_t + 1) * L.draft_width * 4;
+  }
   L.slots = plan.max_sequences;
   return L;
 }

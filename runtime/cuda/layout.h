@@ -24,6 +24,7 @@ struct WeightUpload {
   int64_t rows = 0, cols = 0;        // q8 / q8_stack: the (stacked) matrix; f32 / rope_table: rows = values
   int64_t bytes = 0;                 // device bytes (q8: int8 values + fp16 scales; wq: the file's block bytes)
   int64_t wtype = 8;                 // wq: the ggml type id
+  bool draft = false;                // rope_table: `op` indexes the plan's draft graph (the MTP head)
 };
 
 struct DeviceLayout {
@@ -46,13 +47,22 @@ struct DeviceLayout {
   // Speculative decoding (plan draft_tokens > 0): per slot, draft_tokens whole copies of the recurrent states that a
   // verify step keeps for a rollback (the memory pass's draft_rollback_bytes); 0 otherwise.
   int64_t kept_floats = 0;
+  // The MTP draft head (plan draft_tokens > 0, docs/speculative.md): its graph's states, per slot one fp16 (or
+  // quantized-format) buffer per key or value cache (draft_cache_halves, like cache_halves), and a buffer of
+  // draft_pending_rows rows of its %hidden width (draft_width) for the main model's hidden rows waiting for it; once
+  // per executor three row buffers in the io bytes: the last step's hidden rows [max_t], the head's input rows
+  // [max_t] and the row a draft step carries to the next [1]. Its activations share the arena.
+  int64_t draft_width = 0;
+  int64_t draft_pending_rows = 0;
+  std::vector<int64_t> draft_cache_halves;
   int64_t slot_bytes = 0;
   int64_t slots = 0;
   int64_t total() const { return weight_bytes + arena_bytes + io_bytes + sampling_bytes + slot_bytes * slots; }
 };
 
 // Throws RuntimeError for weights the plan names that the file lacks or whose type or shape the plan's kernels
-// cannot take.
+// cannot take. A plan that drafts: the draft graph's weights too (each tensor once: the head shares the embedding
+// and the lm_head), its caches and buffers.
 // `stage`: the device of one stage of a pipeline plan (its ops, states and bridges only); empty: every op (a
 // one-stage plan).
 DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, const gguf::File& f,

@@ -18,17 +18,21 @@ std::vector<Variant> plan_kernels(const ir::Plan& plan) {
   std::map<std::string, Variant> all;
   auto add = [&](const std::string& name) { all.try_emplace(name, parse_variant(name)); };
   const ir::Graph& g = plan.graph;
-  for (const ir::Op& op : g.ops) {
-    if (!op.has("kernel")) {
-      if (op.kind != ir::OpKind::gather_rows && op.kind != ir::OpKind::bridge)
-        throw KernelError(fmt::format("plan: {} names no kernel (recompile the plan)", op.describe()));
-      continue;
+  // The main graph's ops, and a plan that drafts its MTP head's (draft.ir).
+  for (const ir::Graph* graph : {&plan.graph, &plan.draft}) {
+    if (graph == &plan.draft && plan.draft_tokens <= 0) continue;
+    for (const ir::Op& op : graph->ops) {
+      if (!op.has("kernel")) {
+        if (op.kind != ir::OpKind::gather_rows && op.kind != ir::OpKind::bridge)
+          throw KernelError(fmt::format("plan: {} names no kernel (recompile the plan)", op.describe()));
+        continue;
+      }
+      for (const char* attr : {"kernel", "decode_kernel"})  // decode_kernel: the batched decode variants
+        if (op.has(attr))
+          for (const auto& r : ir::parse_launch_ranges(op.s(attr)))
+            for (const auto& part : r.parts)
+              for (const auto& name : part) add(name);
     }
-    for (const char* attr : {"kernel", "decode_kernel"})  // decode_kernel: the batched decode variants
-      if (op.has(attr))
-        for (const auto& r : ir::parse_launch_ranges(op.s(attr)))
-          for (const auto& part : r.parts)
-            for (const auto& name : part) add(name);
   }
   const ir::AttrValue* argmax = g.attr("argmax_kernel");
   const ir::AttrValue* topk = g.attr("top_k_kernels");

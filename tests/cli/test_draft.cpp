@@ -1,7 +1,8 @@
 // The CLI of speculative decoding with the MTP head: qrig verify checks the head against the draft reference
 // (tiny-mtp-draft-ref.gguf) within 1e-4 on every row and intermediate, and fails a tolerance it misses; --draft N on
-// compile (shown by inspect), run and bench (acceptance and tokens per step reported); CUDA plans refuse a forced
-// --draft by name and turn the default off with a note; a plan directory's drafting is decided.
+// compile (shown by inspect), run and bench (acceptance and tokens per step reported); CUDA plans draft with --draft N
+// (inspect shows the head's kernels, cache and memory; compiled without a GPU) and are off by default with a note; a
+// plan directory's drafting is decided.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -55,7 +56,7 @@ TEST_CASE("qrig verify checks the MTP draft head against the draft reference on 
   CHECK(no.text.find("no MTP draft head") != std::string::npos);
 }
 
-TEST_CASE("--draft N on compile, inspect, run and bench; CUDA plans refuse it by name", "[cli][fixtures]") {
+TEST_CASE("--draft N on compile, inspect, run and bench; on CUDA plans too (off by default there)", "[cli][fixtures]") {
   const std::string bin = QRIG_BINARY;
   const std::string plan = tmp("draft-plan");
   auto c = sh(bin + " compile " + kTinyMtp + " --draft 2 --ctx 512 -o " + plan);
@@ -78,14 +79,23 @@ TEST_CASE("--draft N on compile, inspect, run and bench; CUDA plans refuse it by
   auto b = sh(bin + " bench " + kTinyMtp + " --draft 1 -p 16 -n 8 -r 1");
   CHECK(b.rc == 0);
   CHECK(b.text.find("draft: 1 tokens per step (MTP head): acceptance") != std::string::npos);
-  // CUDA: a forced --draft is refused naming what is missing; by default drafting is off with the reason.
+  // CUDA: --draft N plans the MTP head on the GPU (inspect shows its kernels, cache and memory); by default drafting
+  // is off there with the reason.
   const std::string rig = std::string(QRIG_SOURCE_DIR) + "/rigs/h200.toml";
-  auto cuda = sh(bin + " compile " + kTinyMtp + " --rig " + rig + " --draft 2 --no-precompile -o " + tmp("cuda-plan"));
-  CHECK(cuda.rc != 0);
-  CHECK(cuda.text.find("not implemented on the CUDA backend") != std::string::npos);
+  const std::string cuda_plan = tmp("cuda-plan");
+  auto cuda = sh(bin + " compile " + kTinyMtp + " --rig " + rig + " --draft 2 --no-precompile -o " + cuda_plan);
+  CHECK(cuda.rc == 0);
+  auto ci = sh(bin + " inspect " + cuda_plan);
+  CHECK(ci.text.find("draft     2 tokens per step from the MTP head") != std::string::npos);
+  CHECK(ci.text.find("its cache k16v16, 1024 bytes per token") != std::string::npos);
+  CHECK(ci.text.find("activations") != std::string::npos);
+  CHECK(ci.text.find("concat        draft") != std::string::npos);      // the head's kernel rows
+  CHECK(ci.text.find("attention     draft heads 2/1 dim 256") != std::string::npos);
+  CHECK(ci.text.find("memory: the MTP head on cuda:0") != std::string::npos);
+  CHECK(ci.text.find("two planes up to 12 rows") != std::string::npos);  // a verify of 3 tokens in each of 4 slots
   auto cuda_default = sh(bin + " compile " + kTinyMtp + " --rig " + rig + " --no-precompile -o " + tmp("cuda-plan2"));
   CHECK(cuda_default.rc == 0);
-  CHECK(cuda_default.text.find("draft: off: speculative decoding is not implemented on the CUDA backend") !=
+  CHECK(cuda_default.text.find("draft: off: on the CUDA backend drafting is turned on by --draft N") !=
         std::string::npos);
   // A model without an MTP block: a forced --draft is refused, the default is off.
   auto plain = sh(bin + " compile " + kShared + "/fixtures/tiny.gguf --draft 1 -o " + tmp("plain"));

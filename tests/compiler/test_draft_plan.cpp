@@ -1,6 +1,8 @@
 // The draft pass (compiler/passes/plan_draft.cpp): the MTP head lowered into draft.ir with the fixture's convention,
 // the cost model's choice and its note, the memory it counts per sequence, a plan directory round trip, and where
-// drafting is refused (CUDA, pipelines, models without an MTP block, a hand-edited plan).
+// drafting is refused (pipelines, dp4a-emulated, models without an MTP block, a hand-edited plan). CUDA plans draft
+// with --draft N (off by default there): the passes give the head's graph its kernels, quantized matmul inputs,
+// fusions, arena places and a cache in the plan's KV formats, and the memory pass counts it.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -9,6 +11,8 @@
 #include <sstream>
 
 #include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "compiler/compile.h"
 #include "tests/fixtures.h"
@@ -101,16 +105,16 @@ TEST_CASE("drafting is refused by name where it is not implemented, and off by d
   forced.draft_tokens = 2;
   compiler::CompileOptions dflt;
   dflt.context_length = 512;
+  // CUDA: drafting is on with --draft N only (unmeasured there), and refused on a pipeline of GPUs.
   const auto h200 = compiler::Rig::load(kRigs + "h200.toml");
-  for (int64_t k : {1, 2, 4}) {  // the CUDA backend has the verify step and its rollback, not the MTP head
-    compiler::CompileOptions o = forced;
-    o.draft_tokens = k;
-    CHECK_THROWS_WITH(compiler::compile(f, h200, o),
-                      Catch::Contains("not implemented on the CUDA backend") && Catch::Contains("not the MTP draft head"));
-  }
   const ir::Plan cuda = compiler::compile(f, h200, dflt);
   CHECK(cuda.draft_tokens == 0);
-  CHECK(has_note(cuda, "draft: off: speculative decoding is not implemented on the CUDA backend"));
+  CHECK(cuda.draft.ops.empty());
+  CHECK(has_note(cuda, "draft: off: on the CUDA backend drafting is turned on by --draft N"));
+  const auto cmp = compiler::Rig::load(kRigs + "cmp-100-210-x4.toml");
+  compiler::CompileOptions two_gpus = forced;
+  two_gpus.max_gpus = 2;
+  CHECK_THROWS_WITH(compiler::compile(f, cmp, two_gpus), Catch::Contains("pipeline"));
   CHECK_THROWS_WITH(compiler::compile(f, cpu_rig(3), forced), Catch::Contains("pipeline"));
   CHECK(compiler::compile(f, cpu_rig(3), dflt).draft_tokens == 0);
   compiler::CompileOptions emu = forced;
@@ -119,9 +123,132 @@ TEST_CASE("drafting is refused by name where it is not implemented, and off by d
   compiler::CompileOptions bad = forced;
   bad.draft_tokens = 5;
   CHECK_THROWS_WITH(compiler::compile(f, cpu_rig(), bad), Catch::Contains("0..4"));
+  CHECK_THROWS_WITH(compiler::compile(f, h200, bad), Catch::Contains("0..4"));
   gguf::File plain = gguf::File::open(kFixtures + "tiny.gguf");
   CHECK_THROWS_WITH(compiler::compile(plain, cpu_rig(), forced), Catch::Contains("no MTP block"));
+  CHECK_THROWS_WITH(compiler::compile(plain, h200, forced), Catch::Contains("no MTP block"));
   const ir::Plan none = compiler::compile(plain, cpu_rig(), dflt);
   CHECK(none.draft_tokens == 0);
   CHECK(has_note(none, "draft: off: the model has no MTP block"));
+}
+
+namespace {
+
+// The op of `g` producing `value`.
+const ir::Op& producer(const ir::Graph& g, const std::string& value) {
+  const ir::Op* op = g.producer(value);
+  REQUIRE(op);
+  return *op;
+}
+
+}  // namespace
+
+TEST_CASE("a CUDA plan with --draft N gets the MTP head's kernels, quantized inputs, arena places and cache",
+          "[compiler][fixtures]") {
+  gguf::File f = gguf::File::open(kFixtures + "tiny-mtp.gguf");
+  for (const std::string rig : {"h200", "cmp-100-210-x4"}) {
+    for (int64_t k : {1, 2, 4}) {
+      INFO(rig << " --draft " << k);
+      compiler::CompileOptions co;
+      co.context_length = 512;
+      co.max_gpus = 1;
+      co.draft_tokens = k;
+      const ir::Plan p = compiler::compile(f, compiler::Rig::load(kRigs + rig + ".toml"), co);
+      compiler::CompileOptions o0 = co;
+      o0.draft_tokens = 0;
+      const ir::Plan off = compiler::compile(f, compiler::Rig::load(kRigs + rig + ".toml"), o0);
+      REQUIRE(p.backend == "cuda");
+      REQUIRE(p.draft_tokens == k);
+      CHECK(has_note(p, fmt::format("draft: {} token(s) per step from the MTP head blk.8", k)));
+      // Verify steps of one k + 1 tokens per sequence keep decode's two activation planes.
+      CHECK(off.precise_rows == compiler::kDefaultPreciseRows);
+      CHECK(p.precise_rows == std::max<int64_t>(compiler::kDefaultPreciseRows, p.max_sequences * (k + 1)));
+      const ir::Graph& g = p.draft;
+      const ir::DeviceMemory& dev = p.memory.devices.at(0);
+      int quantized = 0, fused = 0, stacks = 0;
+      for (const auto& op : g.ops) {
+        INFO(op.describe());
+        CHECK(op.s("device") == "cuda:0");
+        quantized += op.kind == ir::OpKind::quantize;
+        fused += op.kind == ir::OpKind::rmsnorm_quant;
+        stacks += op.kind == ir::OpKind::matmul_stack;
+        if (op.kind == ir::OpKind::matmul) CHECK(g.type_of(op.args[0])->dtype == ir::DType::q8);
+        CHECK(op.has("kernel") == (op.kind != ir::OpKind::gather_rows));
+        CHECK_FALSE(op.has("decode_kernel"));  // the head runs one sequence per call
+        if (op.has_result()) {
+          REQUIRE(op.has("at"));
+          for (int64_t at : op.ints("at")) CHECK((at >= 0 && at % 256 == 0 && at < p.memory.draft_arena_bytes));
+        }
+        if (op.has("scratch")) CHECK(op.ints("scratch")[0] + op.ints("scratch")[1] <= p.memory.draft_arena_bytes);
+      }
+      CHECK(quantized + fused >= 4);  // eh_proj's input, the attention and FFN inputs, the lm_head's
+      CHECK(fused >= 2);              // the layer's two norms feed only matmuls
+      CHECK(stacks == 2);             // q|k|v and gate|up
+      CHECK(producer(g, "logits").kind == ir::OpKind::matmul);
+      CHECK(producer(g, "logits").s("weight") == "output.weight");
+      // Its attention is the main model's attention layer's: the same kernels, for the head's own cache.
+      const ir::Op* main_att = nullptr;
+      for (const auto& op : p.graph.ops)
+        if (op.kind == ir::OpKind::attention) main_att = &op;
+      REQUIRE(main_att);
+      for (const auto& op : g.ops)
+        if (op.kind == ir::OpKind::attention) CHECK(op.s("kernel") == main_att->s("kernel"));
+      REQUIRE(g.states.size() == 2);
+      for (const auto& st : g.states) CHECK(ir::dtype_name(st.type.dtype) == std::string("f16"));
+      // The kernel table lists the head's choices as "draft" rows.
+      int draft_rows = 0;
+      for (const auto& kc : p.kernels) draft_rows += kc.shape.rfind("draft", 0) == 0;
+      CHECK(draft_rows >= 10);
+      for (const auto& kc : off.kernels) CHECK(kc.shape.rfind("draft", 0) != 0);
+      // Memory: the head's f16 cache (1 kv head x 256, keys and values), its waiting rows and k rollback copies per
+      // sequence; its weights without the shared embedding and lm_head; its step buffers; its activations in the
+      // arena, which is the larger of the two graphs'.
+      CHECK(p.memory.draft_kv_bytes_per_token == 2 * 256 * 2);
+      CHECK(p.memory.draft_pending_bytes == (k + 2) * 256 * 4);
+      CHECK(p.memory.draft_rollback_bytes == k * p.memory.state_bytes_per_sequence);
+      CHECK(p.memory.kv_bytes_per_token == off.memory.kv_bytes_per_token);
+      CHECK(dev.states - off.memory.devices[0].states ==
+            p.max_sequences * (p.memory.draft_kv_bytes_per_token * p.context_length + p.memory.draft_pending_bytes) +
+                p.max_sequences * k * off.memory.snapshot_bytes);
+      CHECK(dev.io - off.memory.devices[0].io == (2 * p.max_batch_tokens + 1) * 256 * 4);
+      CHECK(p.memory.draft_weight_bytes > 0);
+      CHECK(dev.weights - off.memory.devices[0].weights == p.memory.draft_weight_bytes);
+      CHECK(p.memory.draft_arena_bytes > 0);
+      // (the main graph's part grows a little with the verify steps' second planes)
+      CHECK(dev.arena >= std::max(off.memory.devices[0].arena, p.memory.draft_arena_bytes));
+      CHECK(dev.arena < off.memory.devices[0].arena + p.memory.draft_arena_bytes);
+      CHECK(has_note(p, "memory: the MTP head on cuda:0"));
+    }
+  }
+  // The head's cache follows the plan's key and value formats (and its attention kernels are renamed with them).
+  compiler::CompileOptions co;
+  co.context_length = 512;
+  co.draft_tokens = 2;
+  co.kv = "k8v8";
+  const ir::Plan q8 = compiler::compile(f, compiler::Rig::load(kRigs + "h200.toml"), co);
+  REQUIRE(q8.k_dtype == "q8");
+  for (const auto& st : q8.draft.states) CHECK(ir::dtype_name(st.type.dtype) == std::string("q8"));
+  for (const auto& op : q8.draft.ops)
+    if (op.kind == ir::OpKind::attention || op.kind == ir::OpKind::kv_write) {
+      CHECK(op.s("k_format") == "q8");
+      CHECK(op.s("kernel").find("k8_v8") != std::string::npos);
+    }
+  CHECK(q8.memory.draft_kv_bytes_per_token < 2 * 256 * 2);
+  // A plan directory keeps it; a draft.ir whose caches disagree with the plan's formats is refused.
+  const std::string dir = (std::filesystem::temp_directory_path() / ("qrig-cuda-draft-" + std::to_string(getpid()))).string();
+  q8.write(dir);
+  const ir::Plan back = ir::Plan::read(dir);
+  CHECK(back.draft_tokens == 2);
+  CHECK(ir::print(back.draft) == ir::print(q8.draft));
+  CHECK(back.memory.draft_arena_bytes == q8.memory.draft_arena_bytes);
+  CHECK(back.memory.draft_weight_bytes == q8.memory.draft_weight_bytes);
+  CHECK(back.memory.draft_pending_bytes == q8.memory.draft_pending_bytes);
+  ir::Graph edited = q8.draft;
+  for (auto& st : edited.states) st.type.dtype = ir::DType::f16;
+  {
+    std::ofstream out(dir + "/draft.ir");
+    out << ir::print(edited);
+  }
+  CHECK_THROWS_WITH(ir::Plan::read(dir), Catch::Contains("draft.ir") && Catch::Contains("head caches are q8"));
+  std::filesystem::remove_all(dir);
 }

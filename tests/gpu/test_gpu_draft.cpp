@@ -9,9 +9,7 @@
 //   gdn_recurrent out, state, kept states    3e-6    as test_gpu_gdn (fp32 like the reference, only the order of
 //                                                    the 128-term sums differs; measured <= 6.2e-7 there)
 //   kept state t vs a run of the first t + 1 tokens, keep on vs off      bit-equal (the same token loop)
-// Executor (a CUDA plan of tiny-mtp with two activation planes everywhere, --precise, and draft_tokens set to 4: the
-// draft pass does not give CUDA plans drafting yet because the MTP head does not run there; the test sets what it
-// would, and the memory table's rollback states the memory pass counts for a plan that drafts):
+// Executor (a CUDA plan of tiny-mtp with two activation planes everywhere, --precise, and --draft 4):
 //   a verify step [x, d1..dk] rolled back to p + j, then one token: bit-equal to a verify step with the same first
 //   j tokens and another tail, rolled back to the same place (a rollback restores exactly the kept state; a wrong
 //   copy, position or stale state gives other logits);
@@ -22,13 +20,17 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <future>
+#include <random>
 
 #include "compiler/compile.h"
 #include "runtime/backend.h"
+#include "runtime/engine.h"
 #include "runtime/cuda/gdn.h"
 #include "runtime/cuda/pointwise.h"
 #include "tests/fixtures.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/engine_test_util.h"
 
 using namespace qrig;
 using namespace qrig::cuda;
@@ -190,8 +192,7 @@ TEST_CASE("gdn_recurrent keeps the state after each token of a verify step", "[g
 
 namespace {
 
-// A CUDA plan of tiny-mtp for this GPU, two activation planes everywhere (--precise), with the rollback states of
-// `draft` tokens (see the top of this file).
+// A CUDA plan of tiny-mtp for this GPU, two activation planes everywhere (--precise), drafting `draft` tokens.
 ir::Plan verify_plan(int64_t draft) {
   Gpu& g = Gpu::get();
   compiler::Rig rig = this_gpu_rig();
@@ -203,12 +204,11 @@ ir::Plan verify_plan(int64_t draft) {
   co.ptx_jit = g.ptx;
   co.max_batch_tokens = 64;
   co.max_logit_rows = 16;
-  co.draft_tokens = 0;
+  co.draft_tokens = draft;
   ir::Plan p = compiler::compile(f, rig, co);
   REQUIRE(p.backend == "cuda");
   REQUIRE(p.memory.devices.size() == 1);
-  p.draft_tokens = draft;
-  p.memory.devices[0].states += p.max_sequences * draft * p.memory.snapshot_bytes;
+  REQUIRE(p.draft_tokens == draft);
   return p;
 }
 
@@ -283,4 +283,289 @@ TEST_CASE("a verify step of k + 1 tokens rolls back exactly on the GPU", "[gpu][
   big.logit_rows = 6;
   CHECK_THROWS_WITH(be->step({big}), Catch::Contains("keeps the states of 4 draft tokens"));
   CHECK(be->position(0) == p + 2);
+}
+
+// The CUDA draft head against the CPU reference head (runtime/cpu/draft_head.cpp) on the same tokens: each draft()
+// call's logit rows (the picks are fixed tokens, so both heads run the same rows whatever their argmax), after a
+// prompt, and again after a verify step and its rollback (the waiting rows the head keeps, its positions, the carried
+// row of each draft step). The CUDA plan has two activation planes everywhere and an f16 head cache: 5e-3 (qrig
+// verify's --precise tolerance; the main model alone is 3.4e-4 from the float64 reference there).
+TEST_CASE("the CUDA draft head drafts what the CPU reference head drafts, after a prompt and after a rollback",
+          "[gpu][short][draft][fixtures]") {
+  constexpr double kTol = 5e-3;
+  const ir::Plan gpu_plan = verify_plan(4);
+  const gguf::File f = gguf::File::open(fixtures::shared_path("fixtures/tiny-mtp.gguf"));
+  compiler::CompileOptions co;
+  co.context_length = 1024;
+  co.max_sequences = 2;
+  co.max_batch_tokens = 64;
+  co.draft_tokens = 4;
+  const ir::Plan cpu_plan =
+      compiler::compile(f, compiler::Rig::parse("[[device]]\nkind=\"cpu\"\nmemory_gib=2.0\n", "t"), co);
+  auto gpu = runtime::make_backend(gpu_plan);
+  auto cpu = runtime::make_backend(cpu_plan);
+  REQUIRE(gpu->draft_tokens() == 4);
+  REQUIRE(cpu->draft_tokens() == 4);
+  const int64_t V = gpu->vocab_rows();
+  REQUIRE(cpu->vocab_rows() == V);
+  const std::vector<int32_t> prompt = random_tokens(37, gpu_plan.vocab_real, 3);
+  const int64_t p = (int64_t)prompt.size();
+  // Drafts k rows after `next` on both with the picks `picks`; compares every row.
+  auto both_draft = [&](const std::string& what, int32_t next, const std::vector<int32_t>& picks) {
+    std::vector<std::vector<float>> rows[2];
+    runtime::Backend* be[2] = {gpu.get(), cpu.get()};
+    for (int b = 0; b < 2; ++b) {
+      REQUIRE(be[b]->can_draft(0));
+      size_t j = 0;
+      const auto d = be[b]->draft(0, next, (int)picks.size(), [&](const float* logits) {
+        rows[b].emplace_back(logits, logits + V);
+        return picks[j++];
+      });
+      CHECK(d == picks);
+    }
+    REQUIRE(rows[0].size() == picks.size());
+    for (size_t j = 0; j < picks.size(); ++j) {
+      const double e = rel_err(rows[0][j], rows[1][j]);
+      report("draft head", fmt::format("tiny-mtp {} row {}", what, j), "logits vs the CPU head", e, kTol);
+      CHECK(e <= kTol);
+    }
+  };
+  for (auto* be : {gpu.get(), cpu.get()}) be->step({runtime::StepInput{0, prompt, false}});
+  const std::vector<int32_t> d1 = random_tokens(4, gpu_plan.vocab_real, 4);
+  const int32_t x = random_tokens(1, gpu_plan.vocab_real, 5)[0];
+  both_draft("after the prompt", x, d1);
+  // Verify [x, d1] (every row's logits on both), keep two drafts, draft again after the target's token.
+  std::vector<int32_t> verify{x};
+  verify.insert(verify.end(), d1.begin(), d1.end());
+  std::vector<std::vector<float>> vrows;
+  for (auto* be : {gpu.get(), cpu.get()}) {
+    runtime::StepInput in{0, verify, true};
+    in.logit_rows = (int32_t)verify.size();
+    vrows.push_back(be->step({in})[0]);
+    be->rollback(0, p + 1 + 2);
+    REQUIRE(be->position(0) == p + 3);
+  }
+  const double ev = rel_err(vrows[0], vrows[1]);
+  report("verify step", "tiny-mtp k=4", "logits vs the CPU backend's", ev, kTol);
+  CHECK(ev <= kTol);
+  const int32_t y = random_tokens(1, gpu_plan.vocab_real, 6)[0];
+  both_draft("after a rollback to p+3", y, random_tokens(3, gpu_plan.vocab_real, 7));
+  // A plain step of the drafted-after token, then drafting again (the head ran the rows the verify left waiting).
+  for (auto* be : {gpu.get(), cpu.get()}) {
+    runtime::StepInput in{0, {y}, false};
+    be->step({in});
+  }
+  both_draft("after a plain step", random_tokens(1, gpu_plan.vocab_real, 8)[0], random_tokens(2, gpu_plan.vocab_real, 9));
+}
+
+// ---- drafting with the MTP head on the GPU, through the engine ------------------------------------------------
+//
+// Greedy generation on tiny-mtp with drafting on (k = 1, 2, 4) against the same plan's requests with drafting off
+// ("draft": false: the same kernels and activation planes, decode one token per step). A verify step's rows run other
+// kernels than a one-row decode (the skinny GEMM for the GEMV, the multi-row or prefill attention for the one-token
+// decode), so the fp32 sums are ordered differently and the logits agree to rounding, not bit for bit: the outputs
+// are expected equal token for token except where the drafting-off run's top-2 logits are within rounding of each
+// other. A divergence is allowed only where that gap is at most kTieTol of the row's largest |logit| (twice the 1e-2
+// the rollback test above holds a verify row to a plain run's); a divergence at a larger gap is a fault (a wrong
+// rollback, a stale state, a wrong acceptance), as is any request that drafts nothing. Sequences run one at a time
+// for that check; run several at once, the two runs put different rows together in a step (a prompt piece beside
+// other sequences' verify or decode rows), and a step above the plan's two-plane rows quantizes all its rows to one
+// plane (~8e-2 of the logit range on this model: qrig verify's one-plane tolerance is 1e-1), so there a divergence
+// is allowed at twice that (kMixedTol) and the identical tokens are reported.
+namespace {
+
+constexpr double kTieTol = 2e-2, kMixedTol = 2e-1;
+
+// tiny-mtp for this GPU with the compile defaults (512 tokens per step, one or two planes by rows) and `draft` tokens.
+ir::Plan engine_plan(int64_t draft, int64_t slots) {
+  const gguf::File f = gguf::File::open(fixtures::shared_path("fixtures/tiny-mtp.gguf"));
+  compiler::CompileOptions co;
+  co.context_length = 1024;
+  co.max_sequences = slots;
+  co.ptx_jit = Gpu::get().ptx;
+  co.draft_tokens = draft;
+  ir::Plan p = compiler::compile(f, this_gpu_rig(), co);
+  REQUIRE(p.backend == "cuda");
+  REQUIRE(p.draft_tokens == draft);
+  return p;
+}
+
+// (top1 - top2) / max|logit| over the real vocabulary.
+double top2_gap(const std::vector<float>& l, int64_t n_real) {
+  float a = -INFINITY, b = -INFINITY, m = 0;
+  for (int64_t i = 0; i < n_real; ++i) {
+    const float x = l[(size_t)i];
+    m = std::max(m, std::fabs(x));
+    if (x > a) b = a, a = x;
+    else if (x > b) b = x;
+  }
+  return m > 0 ? (double)(a - b) / m : 0.0;
+}
+
+std::vector<qrig::test::Result> run_all(runtime::Engine& e, const std::vector<runtime::Request>& reqs, bool at_once) {
+  std::vector<qrig::test::Result> out;
+  if (!at_once) {
+    for (const auto& r : reqs) out.push_back(qrig::test::submit(e, r).get());
+    return out;
+  }
+  std::vector<std::future<qrig::test::Result>> fs;
+  for (const auto& r : reqs) fs.push_back(qrig::test::submit(e, r));
+  for (auto& f : fs) out.push_back(f.get());
+  return out;
+}
+
+// Compares a drafting run's tokens with the drafting-off run's (whose logits `off` recorded): the identical prefix,
+// and at the first divergence the drafting-off row's top-2 gap, which must be within `tol`. Returns the prefix.
+int64_t compare_run(const std::string& what, const runtime::Request& req, const qrig::test::Result& on,
+                    const qrig::test::Result& off, const qrig::test::RecordingBackend& rec, int64_t n_real, double tol = kTieTol) {
+  INFO(what);
+  const size_t n = std::min(on.tokens.size(), off.tokens.size());
+  size_t same = 0;
+  while (same < n && on.tokens[same] == off.tokens[same]) ++same;
+  CHECK(on.tokens.size() == off.tokens.size());
+  if (same < n) {
+    std::vector<int32_t> history = req.prompt;
+    history.insert(history.end(), off.tokens.begin(), off.tokens.begin() + (long)same);
+    const auto rows = rec.logits_after(history);
+    REQUIRE_FALSE(rows.empty());
+    const double gap = top2_gap(rows.back(), n_real);
+    report("drafting vs off", what, fmt::format("top-2 gap where token {} differs", same), gap, tol);
+    CHECK(gap <= tol);
+  }
+  return (int64_t)same;
+}
+
+}  // namespace
+
+TEST_CASE("greedy generation with drafting on the GPU (k = 1, 2, 4) equals drafting off except at rounding ties",
+          "[gpu][draft][fixtures]") {
+  std::mt19937 rng(11);
+  std::vector<runtime::Request> reqs;
+  for (int n : {1, 7, 40, 130}) reqs.push_back(qrig::test::greedy(qrig::test::random_prompt(rng, n), 24));
+  auto off_reqs = reqs;
+  for (auto& r : off_reqs) r.draft = false;
+  for (int64_t k : {1, 2, 4}) {
+    INFO("k = " << k);
+    const ir::Plan plan = engine_plan(k, 4);
+    const int64_t n_real = plan.vocab_real;
+    // Phase 1: one request at a time (the prompt's step is the same in both runs); phase 2: all four at once,
+    // after phase 1 (a slot reuses what it holds of a prompt; the steps hold one verify or decode per sequence and
+    // what is left of the prompts, mostly within the plan's two-plane rows).
+    auto rec_owned = std::make_unique<qrig::test::RecordingBackend>(runtime::make_backend(plan));
+    qrig::test::RecordingBackend& rec = *rec_owned;
+    std::vector<std::vector<qrig::test::Result>> off(2), on(2);
+    {
+      runtime::Engine e(std::move(rec_owned));
+      off[0] = run_all(e, off_reqs, false);
+      off[1] = run_all(e, off_reqs, true);
+      // The recorder outlives the engine below only as long as this scope: compare here.
+      {
+        runtime::Engine d(runtime::make_backend(plan));
+        on[0] = run_all(d, reqs, false);
+        on[1] = run_all(d, reqs, true);
+      }
+      int64_t same = 0, total = 0, drafted = 0, accepted = 0, steps = 0, generated = 0;
+      for (int ph = 0; ph < 2; ++ph)
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          const std::string what = fmt::format("tiny-mtp k={} {} prompt {}", k, ph == 0 ? "one at a time" : "4 at once",
+                                               reqs[i].prompt.size());
+          same += compare_run(what, reqs[i], on[ph][i], off[ph][i], rec, n_real, ph == 0 ? kTieTol : kMixedTol);
+          total += (int64_t)off[ph][i].tokens.size();
+          CHECK(off[ph][i].tokens.size() == 24);
+          CHECK(off[ph][i].done.drafted == 0);
+          CHECK(on[ph][i].done.drafted > 0);
+          drafted += on[ph][i].done.drafted;
+          accepted += on[ph][i].done.accepted;
+          steps += on[ph][i].done.decode_steps;
+          generated += on[ph][i].done.generated_tokens;
+          CHECK(on[ph][i].done.cached_tokens == off[ph][i].done.cached_tokens);  // the same reuse of each slot
+        }
+      report_row(fmt::format("| drafting vs off | tiny-mtp k={} | identical tokens (up to the first difference) | "
+                             "{}/{} | | acceptance {}/{}, {:.2f} tokens per step |",
+                             k, same, total, accepted, drafted, steps > 0 ? (double)generated / (double)steps : 0.0));
+    }
+  }
+}
+
+namespace {
+
+// Proposes the target's own greedy continuation (the drafting-off run's) with the token at draft index `wrong_at`
+// replaced (none when wrong_at >= k); the MTP head still runs (its state follows the sequence). As the CPU test's
+// (tests/runtime/test_speculative.cpp).
+class OracleDrafter final : public qrig::test::ForwardingBackend {
+ public:
+  OracleDrafter(const ir::Plan& plan, std::vector<int32_t> prompt, std::vector<int32_t> continuation, int wrong_at)
+      : ForwardingBackend(plan), prompt_(std::move(prompt)), cont_(std::move(continuation)), wrong_at_(wrong_at) {}
+  std::vector<int32_t> draft(int slot, int32_t next, int k, const DraftPick& pick) override {
+    const int64_t m = position(slot) - (int64_t)prompt_.size();  // next is continuation[m] (while they agree)
+    int j = 0;
+    auto oracle = [&](const float* logits) {
+      (void)pick(logits);  // the engine's own pick runs too (its bookkeeping), its choice is replaced
+      const size_t at = (size_t)(m + 1 + j);
+      int32_t t = at < cont_.size() ? cont_[at] : 0;
+      if (j == wrong_at_) t = (t + 1) % 1000;
+      ++j;
+      return t;
+    };
+    return ForwardingBackend::draft(slot, next, k, oracle);
+  }
+  std::vector<std::vector<float>> step(const std::vector<runtime::StepInput>& batch) override {
+    for (const auto& in : batch) max_rows = std::max<int64_t>(max_rows, in.logit_rows);
+    return ForwardingBackend::step(batch);
+  }
+  int64_t max_rows = 0;
+
+ private:
+  std::vector<int32_t> prompt_, cont_;
+  int wrong_at_;
+};
+
+}  // namespace
+
+TEST_CASE("a drafter proposing the target's own tokens on the GPU: tokens per step and a rollback at every rejection "
+          "position", "[gpu][draft][fixtures]") {
+  std::mt19937 rng(5);
+  const auto prompt = qrig::test::random_prompt(rng, 21);
+  const int64_t N = 30;
+  for (int64_t k : {1, 2, 4}) {
+    const ir::Plan plan = engine_plan(k, 1);
+    auto rec_owned = std::make_unique<qrig::test::RecordingBackend>(runtime::make_backend(plan));
+    qrig::test::RecordingBackend& rec = *rec_owned;
+    runtime::Engine off(std::move(rec_owned));
+    auto req = qrig::test::greedy(prompt, N);
+    req.draft = false;
+    const qrig::test::Result want = run_all(off, {req}, false)[0];
+    REQUIRE((int64_t)want.tokens.size() == N);
+    for (int wrong_at = 0; wrong_at <= (int)k; ++wrong_at) {  // wrong_at == k: every draft is right
+      const std::string what = fmt::format("tiny-mtp k={} draft {} wrong", k, wrong_at);
+      INFO(what);
+      auto backend = std::make_unique<OracleDrafter>(plan, prompt, want.tokens, wrong_at);
+      OracleDrafter* oracle = backend.get();
+      runtime::Engine e(std::move(backend));
+      const qrig::test::Result got = run_all(e, {qrig::test::greedy(prompt, N)}, false)[0];
+      CHECK(got.done.generated_tokens == N);
+      CHECK(oracle->max_rows == k + 1);
+      if (got.tokens != want.tokens) {  // only at a rounding tie (see above); the counts below assume none
+        compare_run(what, qrig::test::greedy(prompt, N), got, want, rec, plan.vocab_real);
+        continue;
+      }
+      // The prompt's step gives the first token; then each step drafts min(k, tokens left - 1) and keeps the drafts
+      // before the wrong one, plus the target's own token.
+      int64_t generated = 1, steps = 1, drafted = 0, accepted = 0;
+      while (generated < N) {
+        const int64_t room = std::min<int64_t>(k, N - generated - 1);
+        const int64_t keep = room > 0 ? std::min<int64_t>(wrong_at, room) : 0;
+        drafted += room;
+        accepted += keep;
+        generated += keep + 1;
+        ++steps;
+      }
+      CHECK(got.done.decode_steps == steps);
+      CHECK(got.done.drafted == drafted);
+      CHECK(got.done.accepted == accepted);
+      report("forced acceptance", what, "steps, drafted, accepted vs expected",
+             got.done.decode_steps == steps && got.done.drafted == drafted && got.done.accepted == accepted ? 0.0 : 1.0,
+             -1);
+    }
+  }
 }
