@@ -71,11 +71,12 @@ struct DeviceParts {
   int64_t draft_io = 0;            // CUDA: the step's hidden rows for the head, the head's input rows, its carry row
 };
 
-// Lays out the activations of the ops of `g` (the main graph or the draft head's) on `device`: best-fit reuse of
-// regions freed before an op; writes `at` (and `scratch`) on the ops. Returns the arena bytes. The two graphs never
-// run at once (the head runs after the main model's step has handed out its logits and copied the head's hidden
-// rows out of the arena), so both start at offset 0 and the arena is the larger of the two.
-int64_t layout_arena(ir::Plan& p, ir::Graph& g, const std::string& device, int64_t context) {
+// Lays out the activations of the ops of `g` (the main graph or the draft head's) on `device` from offset `base`:
+// best-fit reuse of regions freed before an op; writes `at` (and `scratch`) on the ops. Returns where its part of
+// the arena ends. The draft head's part follows the main graph's: the head runs inside a backend step, after the
+// main model's step, while that step's logits still wait in the arena for the engine's sampling on the device (a
+// shared region let the head overwrite them: drafting changed the output in session 10's GPU test).
+int64_t layout_arena(ir::Plan& p, ir::Graph& g, const std::string& device, int64_t context, int64_t base) {
   const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;
   std::map<std::string, int64_t> last_use;
   for (size_t i = 0; i < g.ops.size(); ++i)
@@ -85,7 +86,7 @@ int64_t layout_arena(ir::Plan& p, ir::Graph& g, const std::string& device, int64
     int64_t offset, bytes, free_after;
   };
   std::vector<Region> regions;
-  int64_t arena = 0;
+  int64_t arena = base;
   auto place = [&](int64_t need, int64_t op_index, int64_t until) {
     Region* best = nullptr;
     for (auto& r : regions)
@@ -128,7 +129,7 @@ int64_t layout_arena(ir::Plan& p, ir::Graph& g, const std::string& device, int64
     }
     if (!at.empty()) op.set("at", at);
   }
-  return std::max<int64_t>(arena, kAlign);
+  return std::max<int64_t>(arena, base + kAlign);
 }
 
 }  // namespace
@@ -315,10 +316,11 @@ void plan_memory(CompileContext& cx) {
       d.mem.snapshots = slots * m.snapshots_per_slot * d.state_bytes;
       if (dev == order[0]) d.mem.snapshots += std::max<int64_t>(0, p.prefix_cache.budget_bytes);
       if (cuda) {
-        d.mem.arena = layout_arena(p, p.graph, dev, context);
+        d.mem.arena = layout_arena(p, p.graph, dev, context, 0);
         if (p.draft_tokens > 0 && dev == order.back()) {
-          m.draft_arena_bytes = layout_arena(p, p.draft, dev, context);
-          d.mem.arena = std::max(d.mem.arena, m.draft_arena_bytes);
+          const int64_t end = layout_arena(p, p.draft, dev, context, d.mem.arena);
+          m.draft_arena_bytes = end - d.mem.arena;
+          d.mem.arena = end;
         }
         // tokens, positions; output rows, argmax; a stage's bridge buffers (two in, two out); the head's rows
         d.mem.io = 2 * max_t * 4 + 2 * max_r * 4 + 2 * max_t * bridge_width[dev] * 4 + d.draft_io;

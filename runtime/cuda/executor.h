@@ -120,8 +120,8 @@ class CudaExecutor {
   // waiting for their next token. draft_forward runs the head for `slot` over tokens.size() rows at head positions
   // pos.. (their hidden rows: the parts in order, device or host rows of draft_width() floats), returning the logits
   // of `rows` (indices into tokens; rows.size() x vocab_rows(), host) and leaving the last row's normed output
-  // (mtp_hidden_out, what the next row of the head on its own output reads) in draft_carry(). It shares the arena
-  // with the main graph: the last step's logits are gone afterwards (select_top / logits_row refuse). tap: the draft
+  // (mtp_hidden_out, what the next row of the head on its own output reads) in draft_carry(). Its part of the arena
+  // follows the main graph's; select_top / logits_row still refuse after it, as before. tap: the draft
   // graph's taps (mtp_eh, mtp_hidden_out).
   struct DraftRows {
     const float* rows = nullptr;
