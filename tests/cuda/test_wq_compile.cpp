@@ -106,8 +106,8 @@ TEST_CASE("matmul_wq: GEMV for one row, the next power of two up to 16, the tile
   CHECK_NOTHROW(embed_wq_variant(2, 4096 + 32));
 }
 
-TEST_CASE("every matmul and embedding variant of the block types compiles for sm_70 and sm_90 (one plane: sm_75 "
-          "too) without spills; sm_70 PTX clean", "[cuda][gemm][wq]") {
+TEST_CASE("every matmul and embedding variant of the block types compiles for sm_70, sm_75 and sm_90 without "
+          "spills; sm_70 PTX clean", "[cuda][gemm][wq]") {
   std::vector<test::CompileJob> jobs;
   std::set<std::string> seen;
   auto add = [&](const Variant& v, std::vector<int> sms) {
@@ -117,19 +117,16 @@ TEST_CASE("every matmul and embedding variant of the block types compiles for sm
   for (const int64_t w : kTypes) {
     // What plans can ask for (every row count, both planes, the default tuning; every tiling of the tiled GEMM,
     // whichever the model picks at these shapes): every architecture.
-    // Two planes (only --precise-rows / --precise give block-type matmuls a second plane: quantize_matmul_inputs)
-    // for the CMP's sm_70 and the H200's sm_90; one plane, what every default plan runs, for sm_75 too.
+    // (two planes: only --precise-rows / --precise give block-type matmuls a second plane, quantize_matmul_inputs)
     add(embed_wq_variant(w, 4096), {70, 75, 90});
     for (const int64_t planes : {1, 2}) {
-      const std::vector<int> sms = planes == 1 ? std::vector<int>{70, 75, 90} : std::vector<int>{70, 90};
-      for (const auto& r : choose_matmul_wq(w, 4096, 4096, 1, 4096, planes)) add(r.parts[0][0], sms);
+      for (const auto& r : choose_matmul_wq(w, 4096, 4096, 1, 4096, planes)) add(r.parts[0][0], {70, 75, 90});
       for (const GemmTiling& t : default_tuning(90).matmul.wq_tiled[planes - 1])
-        add(gemm_wq_tiled_variant(w, planes, t.bn, t.bt, t.tn, t.tt), sms);
+        add(gemm_wq_tiled_variant(w, planes, t.bn, t.bt, t.tn, t.tt), {70, 75, 90});
     }
   }
   // (The GEMV bandwidth sweep's other candidates, gemv_wq_sweep, are compiled where they run: the GPU benchmark.
-  // Here they would add ~140 compiles to a CI job held to 25 minutes on 2 cores; the 9 x 11 two-plane variants for
-  // sm_75 were ~90 more.)
+  // Here they would add ~140 compiles to a CI job held to 25 minutes on 2 cores.)
   INFO(jobs.size() << " compiles");
   const std::vector<CompiledKernel> out = test::compile_and_check("wq-compile", jobs);
   size_t tiled = 0;
