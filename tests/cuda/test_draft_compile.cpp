@@ -33,6 +33,24 @@ using namespace qrig;
 using namespace qrig::cuda;
 using namespace qrig::kernels;
 
+namespace {
+// Every variant for sm_70, sm_75 and sm_90 with compile_and_check's checks, and on top: the sm_70 feature set's code
+// at most sm_75, no stack frame.
+void compile_for_ci_archs(const std::string& tag, const std::map<std::string, Variant>& variants) {
+  std::vector<cuda::test::CompileJob> jobs;
+  for (const auto& [name, v] : variants)
+    for (int sm : {70, 75, 90}) jobs.push_back({v, sm});
+  const std::vector<CompiledKernel> out = cuda::test::compile_and_check(tag, jobs);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const CompiledKernel& k = out[i];
+    if (k.cubin.empty()) continue;  // reported by compile_and_check
+    INFO(k.variant.name << " for feature sm_" << jobs[i].sm << "\n" << k.log);
+    if (jobs[i].sm == 70) CHECK(k.arch.target_sm <= 75);
+    CHECK(parse_ptxas_report(k.log).stack_frame_bytes == 0);
+  }
+}
+}  // namespace
+
 TEST_CASE("the draft head's concat and the verify step's state-keeping conv and GDN compile for sm_70, sm_75, sm_90",
           "[cuda][draft]") {
   bool sm70_nvrtc = false;
@@ -53,17 +71,7 @@ TEST_CASE("the draft head's concat and the verify step's state-keeping conv and 
   CHECK(concat.name == "concat_f32_t256");
   CHECK(parse_variant(concat.name) == concat);
 
-  std::vector<cuda::test::CompileJob> jobs;
-  for (const auto& [name, v] : all)
-    for (int sm : {70, 75, 90}) jobs.push_back({v, sm});
-  const std::vector<CompiledKernel> out = cuda::test::compile_and_check("draft-compile", jobs);
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const CompiledKernel& k = out[i];
-    if (k.cubin.empty()) continue;  // reported by compile_and_check
-    INFO(k.variant.name << " for feature sm_" << jobs[i].sm << "\n" << k.log);
-    if (jobs[i].sm == 70) CHECK(k.arch.target_sm <= 75);
-    CHECK(parse_ptxas_report(k.log).stack_frame_bytes == 0);
-  }
+  compile_for_ci_archs("draft-compile", all);
 }
 
 TEST_CASE("the state-keeping launches and the concat check their arguments before any launch", "[cuda][draft]") {
@@ -142,17 +150,7 @@ TEST_CASE("the kernels a CUDA plan with --draft names that no preset plan names 
   INFO(fresh.size() << " of the drafting plans' " << named << " variants (with repeats) are named by no preset plan");
   CHECK(fresh.size() >= 1);  // the two-plane matmuls of 5..20 rows
   CHECK(fresh.size() <= 8);  // few compiles
-  std::vector<cuda::test::CompileJob> jobs;
-  for (const auto& [name, v] : fresh)
-    for (int sm : {70, 75, 90}) jobs.push_back({v, sm});
-  const std::vector<CompiledKernel> out = cuda::test::compile_and_check("draft-plan-compile", jobs);
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const CompiledKernel& k = out[i];
-    if (k.cubin.empty()) continue;  // reported by compile_and_check
-    INFO(k.variant.name << " for feature sm_" << jobs[i].sm << "\n" << k.log);
-    if (jobs[i].sm == 70) CHECK(k.arch.target_sm <= 75);
-    CHECK(parse_ptxas_report(k.log).stack_frame_bytes == 0);
-  }
+  compile_for_ci_archs("draft-plan-compile", fresh);
 }
 
 TEST_CASE("a CUDA plan with --draft: the executor binds the head's kernels, and its layout is the plan's memory table",
