@@ -28,5 +28,10 @@ struct TopKBuffers {
   int64_t total() const { return chunk_top + chunk_stats + row_out + inputs; }
 };
 TopKBuffers top_k_buffers(int64_t vocab_real, int64_t max_rows, int64_t adjust_per_row);
+// The rows a step's selection covers: every output row of the step (a selection runs over rows 0..R-1 of its
+// logits), which is one per sequence at most, except in a plan that drafts, where a verify step asks for k + 1.
+inline int64_t top_k_rows(int64_t max_logit_rows, int64_t max_sequences, int64_t draft_tokens) {
+  return draft_tokens > 0 ? max_logit_rows : (max_logit_rows < max_sequences ? max_logit_rows : max_sequences);
+}
 
 }  // namespace qrig::kernels

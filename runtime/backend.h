@@ -141,11 +141,6 @@ struct BackendOptions {
   // Pipelines, test and benchmark aid (runtime/pipeline.h PipelineOptions): each bridge crossing also waits what
   // a host link of this many GB/s each way would take; 0 = none.
   double simulate_link_gbps = 0;
-  // CUDA plans that draft (--draft N): run the MTP head inside the engine's steps. False (every command: serve, run,
-  // bench) refuses such a plan at load: the engine test of CUDA drafting (tests/gpu/test_gpu_draft.cpp) failed on
-  // the H200 in session 10 (greedy tokens differ from drafting off) and is not fixed; the GPU tests set it to
-  // reproduce that. `qrig verify MODEL DRAFT-REF` checks the head through the executor, not this backend.
-  bool cuda_drafting = false;
 };
 
 // The backend a plan asks for. Throws RuntimeError when this build cannot run it (e.g. no CUDA backend).

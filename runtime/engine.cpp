@@ -493,16 +493,23 @@ void Engine::run_step() {
   std::vector<Active*> owners;
   // More generating sequences than the step holds (slots > max_batch_tokens): they take turns.
   const size_t n_slots = active_.size();
+  // Output rows: every active sequence may ask for one (its decode token, or its prompt's last chunk); a verify
+  // step's drafts take one more each, from what the plan's max_logit_rows leaves beyond those.
+  int64_t spare_rows = backend_->plan().max_logit_rows;
+  for (const auto& a : active_)
+    if (a) --spare_rows;
   for (size_t k = 0; k < n_slots && budget > 0; ++k) {
     auto& a = active_[(decode_turn_ + k) % n_slots];
     if (a && a->in_generation && !a->first_from_group) {
       StepInput in{a->slot, {a->last}, true};
-      // Speculative decoding: drafts after the next token, within the context, max_tokens and the step's budget.
+      // Speculative decoding: drafts after the next token, within the context, max_tokens, the step's budget
+      // and its output rows.
       const int64_t room = std::min({backend_->context_length() - backend_->position(a->slot) - 1,
-                                     a->req.max_tokens - a->generated - 1, budget - 1});
+                                     a->req.max_tokens - a->generated - 1, budget - 1, spare_rows});
       const auto& drafts = spec_draft(a->spec, *backend_, a->slot, a->last, room, *a->sampler);
       in.tokens.insert(in.tokens.end(), drafts.begin(), drafts.end());
       in.logit_rows = (int32_t)in.tokens.size();
+      spare_rows -= (int64_t)drafts.size();
       budget -= (int64_t)in.tokens.size();
       batch.push_back(std::move(in));
       owners.push_back(a.get());

@@ -16,6 +16,7 @@
 // by kMinSpeedup. On CUDA the model's choice is only reported: drafting there is on with --draft N and off by
 // default, because neither the acceptance nor the GPU's verify and draft steps have been measured yet (a trained
 // model with a real MTP head is needed), and its verify rows round differently from decode's (docs/speculative.md).
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -131,6 +132,17 @@ void plan_draft(CompileContext& cx) {
     const int64_t k = p.draft_tokens;
     return refuse(fmt::format("a verify of {} tokens would run the chunked GDN (recurrent below {} tokens), which "
                               "does not keep the state after each position", k + 1, p.gdn_recurrent_below));
+  }
+  // Output rows: a verify step asks for the logits of its k + 1 positions, so every sequence drafting at once needs
+  // k + 1 rows (the default was one row per sequence). An explicit --logit-rows stays; the engine then drafts only
+  // within the rows the plan has (runtime/engine.cpp).
+  if (cx.options.max_logit_rows <= 0) {
+    const int64_t want = std::min(p.max_sequences * (p.draft_tokens + 1), p.max_batch_tokens);
+    if (want > p.max_logit_rows) {
+      p.notes.push_back(fmt::format("draft: output rows per step {} -> {} (k + 1 per sequence verifying at once)",
+                                    p.max_logit_rows, want));
+      p.max_logit_rows = want;
+    }
   }
   p.draft = lower_qwen35_mtp(hp, cx.file);
   for (auto& op : p.draft.ops) op.set("device", pl.device);

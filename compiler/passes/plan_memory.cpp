@@ -345,7 +345,8 @@ void plan_memory(CompileContext& cx) {
       DeviceParts& last = parts.at(order.back());
       const int64_t vocab_rows = hp.vocab;
       last.mem.sampling =
-          kernels::top_k_buffers(std::min(p.vocab_real, vocab_rows), std::min(max_r, slots), kTopKAdjustPerRow).total();
+          kernels::top_k_buffers(std::min(p.vocab_real, vocab_rows), kernels::top_k_rows(max_r, slots, p.draft_tokens),
+                                kTopKAdjustPerRow).total();
     }
   };
   fixed_parts(std::max<int64_t>(1, hp.context_length));

@@ -214,6 +214,13 @@ class CpuBackend final : public Backend {
         throw RuntimeError(fmt::format("a step input wants the logits of {} rows (this plan drafts {} tokens)",
                                        in.logit_rows, draft_tokens()));
     }
+    // The plan's output rows per step, as the CUDA backend holds them (its logits buffer): the same limit here, so
+    // a caller that asks for more fails on the CPU too.
+    int64_t R = 0;
+    for (const auto& in : batch) R += in.want_logits ? in.logit_rows : 0;
+    if (ex_.plan().max_logit_rows > 0 && R > ex_.plan().max_logit_rows)
+      throw RuntimeError(fmt::format("a step asking for {} output rows exceeds the plan's max_logit_rows {}", R,
+                                     ex_.plan().max_logit_rows));
     std::vector<std::vector<float>> out(batch.size());
     for (size_t k = 0; k < batch.size(); ++k) {
       const auto& in = batch[k];

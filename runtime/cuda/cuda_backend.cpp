@@ -79,20 +79,10 @@ struct CudaDraftSnapshot : Snapshot {
   int slot = -1;
 };
 
-// A plan that drafts is refused before anything is uploaded unless BackendOptions::cuda_drafting (backend.h).
-const ir::Plan& drafting_allowed(const ir::Plan& plan, const BackendOptions& opt) {
-  if (plan.draft_tokens > 0 && !opt.cuda_drafting)
-    throw RuntimeError(fmt::format(
-        "this CUDA plan drafts {} token(s) per step, and drafting through the engine on CUDA is not enabled: its GPU "
-        "test gave other greedy tokens than drafting off (docs/speculative.md); compile the plan with --draft 0 "
-        "(`qrig verify MODEL DRAFT-REF` checks the MTP head on CUDA)", plan.draft_tokens));
-  return plan;
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ir::Plan& plan, const BackendOptions& opt)
-      : ex_(drafting_allowed(plan, opt), open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs, opt.progress, {}}) {
+      : ex_(plan, open_plan_model(plan), CudaOptions{0, {}, opt.cuda_graphs, opt.progress, {}}) {
     if (plan.draft_tokens > 0) head_.emplace(ex_);
   }
   const ir::Plan& plan() const override { return ex_.plan(); }

@@ -185,7 +185,7 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
   if (!adjust || !std::holds_alternative<int64_t>(*adjust))
     throw RuntimeError("plan: the graph has no top_k_adjust_per_row (recompile the plan)");
   L.top_k_adjust = std::get<int64_t>(*adjust);
-  L.top_k_rows = std::min(L.max_r, plan.max_sequences);
+  L.top_k_rows = kernels::top_k_rows(L.max_r, plan.max_sequences, plan.draft_tokens);
   L.top_k_vocab = plan.vocab_real > 0 ? std::min(plan.vocab_real, L.vocab_rows) : L.vocab_rows;
   L.sampling_bytes = L.has_output ? kernels::top_k_buffers(L.top_k_vocab, L.top_k_rows, L.top_k_adjust).total() : 0;
 

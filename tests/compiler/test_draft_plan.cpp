@@ -216,7 +216,10 @@ TEST_CASE("a CUDA plan with --draft N gets the MTP head's kernels, quantized inp
       CHECK(dev.states - off.memory.devices[0].states ==
             p.max_sequences * (p.memory.draft_kv_bytes_per_token * p.context_length + p.memory.draft_pending_bytes) +
                 p.max_sequences * k * off.memory.snapshot_bytes);
-      CHECK(dev.io - off.memory.devices[0].io == (2 * p.max_batch_tokens + 1) * 256 * 4);
+      // (the step's output rows and their argmax grow with the rows a verify of every sequence at once asks for)
+      CHECK(p.max_logit_rows == std::min(p.max_sequences * (k + 1), p.max_batch_tokens));
+      CHECK(dev.io - off.memory.devices[0].io ==
+            (2 * p.max_batch_tokens + 1) * 256 * 4 + 2 * (p.max_logit_rows - off.max_logit_rows) * 4);
       CHECK(p.memory.draft_weight_bytes > 0);
       CHECK(dev.weights - off.memory.devices[0].weights == p.memory.draft_weight_bytes);
       CHECK(p.memory.draft_arena_bytes > 0);

@@ -18,13 +18,14 @@ namespace {
 
 const std::string kTinyMtp = qrig::fixtures::shared_dir() + "/fixtures/tiny-mtp.gguf";
 
-ir::Plan mtp_plan(int64_t draft, int64_t slots = 4, int64_t ctx = 512, int64_t batch = 512) {
+ir::Plan mtp_plan(int64_t draft, int64_t slots = 4, int64_t ctx = 512, int64_t batch = 512, int64_t logit_rows = 0) {
   gguf::File f = gguf::File::open(kTinyMtp);
   compiler::CompileOptions co;
   co.context_length = ctx;
   co.max_sequences = slots;
   co.max_batch_tokens = batch;
   co.draft_tokens = draft;
+  co.max_logit_rows = logit_rows;
   ir::Plan p = compiler::compile(f, compiler::Rig::parse("[[device]]\nkind=\"cpu\"\nmemory_gib=2.0\n", "t"), co);
   REQUIRE(p.draft_tokens == draft);
   return p;
@@ -201,6 +202,68 @@ TEST_CASE("a drafter proposing the target's own tokens: tokens per step and a ro
       if (wrong_at == k) CHECK(got.done.decode_steps < N / (double)k + 2);  // k + 1 tokens per step
     }
   }
+}
+
+namespace {
+
+// Counts the output rows each step asks for (the plan's max_logit_rows bounds them; the backend refuses more).
+class RowCounter final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::vector<std::vector<float>> step(const std::vector<runtime::StepInput>& batch) override {
+    int64_t r = 0;
+    for (const auto& in : batch) r += in.want_logits ? in.logit_rows : 0;
+    max_rows = std::max(max_rows, r);
+    return ForwardingBackend::step(batch);
+  }
+  int64_t max_rows = 0;
+};
+
+}  // namespace
+
+// Every sequence verifying k + 1 positions at once needs k + 1 output rows: the draft pass gives a drafting plan
+// slots * (k + 1) of them, and with fewer (an explicit max_logit_rows) the engine drafts only within what the plan has,
+// the output unchanged.
+TEST_CASE("drafting stays within the plan's output rows per step", "[runtime][speculative][fixtures]") {
+  CHECK(mtp_plan(0, 4).max_logit_rows == 4);
+  CHECK(mtp_plan(2, 4).max_logit_rows == 12);
+  CHECK(mtp_plan(4, 4, 512, 16).max_logit_rows == 16);  // at most the step's tokens
+  std::mt19937 rng(23);
+  std::vector<runtime::Request> reqs;
+  for (int n : {3, 17, 40, 66}) reqs.push_back(greedy(random_prompt(rng, n), 20));
+  std::vector<Result> want;
+  {
+    runtime::Engine off(runtime::make_backend(mtp_plan(0, 4)));
+    want = run_all(off, reqs);
+  }
+  for (int64_t rows : {0, 6}) {  // 0: the draft pass's 20 rows; 6: room for two drafts beyond one row per sequence
+    INFO("max_logit_rows option " << rows);
+    const ir::Plan plan = mtp_plan(4, 4, 512, 512, rows);
+    CHECK(plan.max_logit_rows == (rows > 0 ? rows : 20));
+    auto backend = std::make_unique<RowCounter>(plan);
+    RowCounter* counter = backend.get();
+    runtime::Engine e(std::move(backend));
+    const auto got = run_all(e, reqs);
+    int64_t drafted = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      INFO("request " << i);
+      CHECK(got[i].done.error.empty());
+      CHECK(got[i].tokens == want[i].tokens);
+      drafted += got[i].done.drafted;
+    }
+    CHECK(drafted > 0);
+    CHECK(counter->max_rows <= plan.max_logit_rows);
+    if (rows == 0) CHECK(counter->max_rows > 4);  // several sequences verified in one step
+  }
+  // The backend refuses a step asking for more rows than the plan has (as the CUDA backend's logits buffer does).
+  auto be = runtime::make_backend(mtp_plan(4, 4, 512, 512, 6));
+  std::vector<runtime::StepInput> batch;
+  for (int s = 0; s < 2; ++s) {
+    runtime::StepInput in{s, {1, 2, 3, 4}, true};
+    in.logit_rows = 4;
+    batch.push_back(in);
+  }
+  CHECK_THROWS_WITH(be->step(batch), Catch::Contains("max_logit_rows 6"));
 }
 
 }  // namespace qrig::test
