@@ -134,8 +134,8 @@ void plan_draft(CompileContext& cx) {
                               "does not keep the state after each position", k + 1, p.gdn_recurrent_below));
   }
   // Output rows: a verify step asks for the logits of its k + 1 positions, so every sequence drafting at once needs
-  // k + 1 rows (the default is one row per sequence). An explicit CompileOptions::max_logit_rows stays; the engine drafts
-  // only within the rows the plan has (runtime/engine.cpp).
+  // k + 1 rows (the default is one row per sequence). An explicit CompileOptions::max_logit_rows stays; the engine
+  // drafts only within the rows the plan has (runtime/engine.cpp).
   if (cx.options.max_logit_rows <= 0) {
     const int64_t want = std::min(p.max_sequences * (p.draft_tokens + 1), p.max_batch_tokens);
     if (want > p.max_logit_rows) {
