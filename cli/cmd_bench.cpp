@@ -333,25 +333,28 @@ int cmd_bench(int argc, char** argv) {
   };
   using clock = std::chrono::steady_clock;
   std::vector<Test> tests;
-  // --profile: after the first pp test and the first tg test (at the first depth), one more pass kernel by kernel
-  // with CUDA events around each op; a table per pass after the results.
+  // --profile: after the first pp test and the first tg test (at the first depth), and the first tg test of each
+  // number of sequences at once, one more pass kernel by kernel with CUDA events around each op; a table per pass
+  // after the results (per token, or for several sequences per step of all of them).
   const bool want_profile = a.has("--profile");
   if (want_profile && !model->set_profiling(false))
     throw UsageError("--profile times the ops of a one-stage CUDA plan (this plan runs on " + model->backend() + ")");
   struct Profiled {
     std::string test;
-    int64_t tokens = 0;
+    int64_t tokens = 0;  // tokens, or steps of several sequences
     double wall_s = 0;
     std::vector<BenchModel::ProfileRow> rows;
+    std::string unit = "token";
   };
   std::vector<Profiled> profiles;
   bool profiled_pp = !want_profile, profiled_tg = !want_profile;
-  auto profile_pass = [&](const std::string& test, int64_t tokens, const std::function<void()>& run) {
+  auto profile_pass = [&](const std::string& test, int64_t tokens, const std::function<void()>& run,
+                          const std::string& unit = "token") {
     model->set_profiling(true);
     const auto t0 = clock::now();
     run();
     const double s = std::chrono::duration<double>(clock::now() - t0).count();
-    profiles.push_back({test, tokens, s, model->profile()});
+    profiles.push_back({test, tokens, s, model->profile(), unit});
     model->set_profiling(false);
   };
   for (long long d : depths) {
@@ -477,6 +480,16 @@ int cmd_bench(int argc, char** argv) {
           if (r > 0) t.tps.push_back((double)(n * B) / sec);
         }
         tests.push_back(t);
+        if (want_profile && d == depths.front() && n == tgs.front()) {
+          std::vector<int32_t> next = fill(1);
+          profile_pass(t.name, n, [&] {
+            for (long long i = 0; i < n; ++i) {
+              std::vector<runtime::StepInput> in;
+              for (int b = 0; b < (int)B; ++b) in.push_back(runtime::StepInput{b, {next[(size_t)b]}, true});
+              next = model->run_many(in);
+            }
+          }, fmt::format("step of {} sequences", B));
+        }
       }
     }
   }
@@ -511,10 +524,11 @@ int cmd_bench(int argc, char** argv) {
     double total = 0;
     int64_t calls = 0;
     for (const auto& r : pr.rows) total += r.ms, calls += r.calls;
+    const std::string u = pr.unit == "token" ? "token" : "step";
     fmt::print("\nprofile of {} (one more pass, kernel by kernel, CUDA events around each op): {} ops, {:.1f} us of "
-               "GPU time per token in them, {:.1f} us wall per token (eager: launch gaps included)\n\n| op: kernels | "
-               "calls/token | us/token | share |\n| --- | ---: | ---: | ---: |\n", pr.test, calls,
-               total * 1e3 / (double)pr.tokens, pr.wall_s * 1e6 / (double)pr.tokens);
+               "GPU time per {} in them, {:.1f} us wall per {} (eager: launch gaps included)\n\n| op: kernels | "
+               "calls/{} | us/{} | share |\n| --- | ---: | ---: | ---: |\n", pr.test, calls,
+               total * 1e3 / (double)pr.tokens, pr.unit, pr.wall_s * 1e6 / (double)pr.tokens, pr.unit, u, u);
     std::vector<BenchModel::ProfileRow> rows = pr.rows;
     std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.ms > y.ms; });
     for (const auto& r : rows)
