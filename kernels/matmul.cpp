@@ -437,4 +437,38 @@ std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t 
   return out;
 }
 
+bool wq_stack_view_aligned(int64_t ggml_type, int64_t cols, int64_t rows_before) {
+  const WqLayout l = wq_layout(ggml_type);
+  if (cols <= 0 || cols % l.block_values != 0 || rows_before < 0)
+    throw KernelError(fmt::format("weight type {}: rows of {} values are not whole {}-value blocks", ggml_type, cols,
+                                  l.block_values));
+  return rows_before * (cols / l.block_values) * l.b_bytes() % 16 == 0;
+}
+
+void check_wq_stack(int64_t ggml_type, int64_t cols, const std::vector<int64_t>& member_rows) {
+  const WqType* wt = wq_type(ggml_type);
+  if (!wt) throw KernelError(fmt::format("stack: weight type {} has no dp4a kernels", ggml_type));
+  if (member_rows.size() < 2 || member_rows.size() > 4)
+    throw KernelError(fmt::format("stack: {} members (2 to 4 are stacked)", member_rows.size()));
+  int64_t before = 0;
+  for (size_t m = 0; m < member_rows.size(); ++m) {
+    if (member_rows[m] <= 0) throw KernelError(fmt::format("stack: member {} has {} rows", m, member_rows[m]));
+    if (!wq_stack_view_aligned(ggml_type, cols, before))
+      throw KernelError(fmt::format("stack of {} weights: member {} would start {} x {} scale bytes into the stacked "
+                                    "matrix, not 16-byte aligned (its own kernels read it from there); stack it "
+                                    "elsewhere or not at all", wt->format, m, before,
+                                    (cols / wt->layout.block_values) * wt->layout.b_bytes()));
+    before += member_rows[m];
+  }
+}
+
+KernelRange choose_matmul_stack_wq(int64_t ggml_type, int64_t k, int64_t rows, int64_t members, int64_t planes,
+                                   int sms, const MatmulTuning& t) {
+  KernelRange r = choose_matmul_wq(ggml_type, k, rows, 1, 1, planes, sms, t).at(0);
+  const std::string own = r.reason.rfind("one row: ", 0) == 0 ? r.reason.substr(9) : r.reason;
+  r.reason = fmt::format("one row: one launch over the {} stacked weights, each member's rows to its own result: {}",
+                         members, own);
+  return r;
+}
+
 }  // namespace qrig::kernels

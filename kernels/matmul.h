@@ -98,4 +98,19 @@ std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t 
                                           int64_t max_rows, int64_t planes, int sms = 132,
                                           const MatmulTuning& t = default_tuning(90).matmul);
 
+// Stacked block-type matrices (the compiler's matmul_stack over weights of one type): the members' repacked rows
+// one after the other in one A and one B array, which is the repacked layout of one matrix of all their rows
+// (repack_wq keeps whole rows in row order; nothing interleaves rows), so the single-row launch over the stack is
+// the type's one-row kernel (gemv_wq_dp4a or the skinny kernel with c = 1, by the tuning) with split outputs.
+// Member m's own kernels (steps of more rows) read it through a view starting at its first row, which the
+// launchers need 16-byte aligned in B: member_rows_before * (cols / block) * b_bytes must be a multiple of 16 (A
+// always is). wq_stack_view_aligned says whether a member starting after `rows_before` rows is; check_wq_stack
+// throws KernelError naming the first member that is not, or a shape that is not whole blocks.
+bool wq_stack_view_aligned(int64_t ggml_type, int64_t cols, int64_t rows_before);
+void check_wq_stack(int64_t ggml_type, int64_t cols, const std::vector<int64_t>& member_rows);
+// The single-row launch over such a stack of `rows` rows in all: the one-row choice of choose_matmul_wq for the
+// stacked shape, with its reason.
+KernelRange choose_matmul_stack_wq(int64_t ggml_type, int64_t k, int64_t rows, int64_t members, int64_t planes,
+                                   int sms = 132, const MatmulTuning& t = default_tuning(90).matmul);
+
 }  // namespace qrig::kernels

@@ -14,10 +14,14 @@
 // token, shared by the R rows), and with two activation planes (P = 2: x = xd * (xq + xq2/254)) the same
 // again for the second plane. Per-lane sums are reduced by butterflies in a fixed order (deterministic); lane
 // 0 writes. Tokens past n_tokens and rows past n_rows are computed on clamped ones and not written.
+// Output rows may go to up to four places (one launch for several matmuls that read the same input, their
+// weights stacked in one matrix: kernels/matmul.h check_wq_stack): row r < b1 -> y0, r < b2 -> y1, r < b3 -> y2,
+// else y3, each output [n_tokens][its rows] (r - its first row); a single output [n_tokens][n_rows]: b1 = b2 =
+// b3 = n_rows.
 // Variant: gemm_wq_dp4a_skinny_w<TYPE>_p<P>_c<C>_r<R>_t<T> (TYPE: the ggml type id); C and R powers of two.
 // Grid: ceil(n_rows / (R * T/32)).
-// Arguments: wa, wb (the repacked weights), xq, xd, xq2 (P = 2; else unused), y, k (a multiple of the
-// type's block), n_rows, n_tokens (1 <= n_tokens <= C).
+// Arguments: wa, wb (the repacked weights), xq, xd, xq2 (P = 2; else unused), y0, y1, y2, y3, b1, b2, b3, k (a
+// multiple of the type's block), n_rows, n_tokens (1 <= n_tokens <= C).
 #ifndef QRIG_HOST_EMULATION  // tests/cuda/test_wq_emulate.cpp runs this file on host threads with its own helpers
 #include "qrig_common.cuh"
 #endif
@@ -36,7 +40,8 @@ static_assert(QRIG_PLANES == 1 || QRIG_PLANES == 2, "gemm_wq_dp4a_skinny: 1 or 2
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 1)
 gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* __restrict__ wb,
                     const signed char* __restrict__ xq, const float* __restrict__ xd,
-                    const signed char* __restrict__ xq2, float* __restrict__ y, int k, int n_rows, int n_tokens) {
+                    const signed char* __restrict__ xq2, float* y0, float* y1, float* y2, float* y3, int b1,
+                    int b2, int b3, int k, int n_rows, int n_tokens) {
   constexpr int C = QRIG_COLS, R = QRIG_ROWS, T = QRIG_THREADS, P = QRIG_PLANES;
   constexpr int WARPS = T / 32;
   constexpr float INV254 = 1.0f / 254.0f;  // the second plane's step, relative to xd
@@ -136,7 +141,14 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
 #pragma unroll
   for (int i = 0; i < C * R; ++i) {
     const float v = qrig_warp_sum(acc[i]);
-    const int c = i / R, r = i % R;
-    if (lane == 0 && c < n_tokens && row0 + r < n_rows) y[(size_t)c * n_rows + row0 + r] = v;
+    const int c = i / R, r = i % R, row = row0 + r;
+    if (lane == 0 && c < n_tokens && row < n_rows) {
+      float* y = y0;
+      int first = 0, n = b1;
+      if (row >= b3) y = y3, first = b3, n = n_rows - b3;
+      else if (row >= b2) y = y2, first = b2, n = b3 - b2;
+      else if (row >= b1) y = y1, first = b1, n = b2 - b1;
+      y[(size_t)c * n + (row - first)] = v;
+    }
   }
 }

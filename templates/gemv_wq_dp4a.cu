@@ -17,9 +17,12 @@
 // one 32-value block with one scale (WQ_SAME32) read one activation scale and scale once per unit.
 // Reduction in a fixed order (deterministic): a butterfly per warp, then the S warps' sums in warp order
 // through shared memory. Rows past n_rows are computed on a clamped row and not written.
+// Output rows may go to up to four places (one launch for several matmuls that read the same input, their
+// weights stacked in one matrix: kernels/matmul.h check_wq_stack): row r < b1 -> y0[r], r < b2 -> y1[r - b1],
+// r < b3 -> y2[r - b2], else y3[r - b3] (a single output: b1 = b2 = b3 = n_rows).
 // Variant: gemv_wq_dp4a_w<TYPE>_p<P>_r<R>_s<S>_u<U>_t<T>. Grid: ceil(n_rows / (R * (T/32) / S)).
-// Arguments: wa, wb (the repacked weights; wb 16-byte aligned), xq, xd, xq2 (P = 2; else unused), y, k (a
-// multiple of the type's block), n_rows.
+// Arguments: wa, wb (the repacked weights; wb 16-byte aligned), xq, xd, xq2 (P = 2; else unused), y0, y1, y2, y3,
+// b1, b2, b3, k (a multiple of the type's block), n_rows.
 #ifndef QRIG_HOST_EMULATION  // tests/cuda/test_wq_emulate.cpp runs this file on host threads with its own helpers
 #include "qrig_common.cuh"
 #endif
@@ -37,7 +40,7 @@ static_assert(QRIG_PLANES == 1 || QRIG_PLANES == 2, "gemv_wq_dp4a: 1 or 2 activa
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gemv_wq_dp4a(const unsigned char* __restrict__ wa, const unsigned char* __restrict__ wb,
              const signed char* __restrict__ xq, const float* __restrict__ xd, const signed char* __restrict__ xq2,
-             float* __restrict__ y, int k, int n_rows) {
+             float* y0, float* y1, float* y2, float* y3, int b1, int b2, int b3, int k, int n_rows) {
   constexpr int R = QRIG_ROWS, S = QRIG_SPLIT, U = QRIG_UNROLL, T = QRIG_THREADS, P = QRIG_PLANES;
   constexpr int WARPS = T / 32, GROUPS = WARPS / S;
   constexpr float INV254 = 1.0f / 254.0f;  // the second plane's step, relative to xd
@@ -164,6 +167,8 @@ gemv_wq_dp4a(const unsigned char* __restrict__ wa, const unsigned char* __restri
     float s = part_sum[warp][lane];
 #pragma unroll
     for (int p = 1; p < S; ++p) s += part_sum[warp + p][lane];
-    y[row0 + lane] = s;
+    const int row = row0 + lane;
+    float* y = row < b1 ? y0 + row : row < b2 ? y1 + (row - b1) : row < b3 ? y2 + (row - b2) : y3 + (row - b3);
+    *y = s;
   }
 }

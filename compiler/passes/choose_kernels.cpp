@@ -158,21 +158,48 @@ void choose_graph_kernels(CompileContext& cx, ir::Graph& g, bool draft, Table& t
         }
         case ir::OpKind::matmul_stack: {
           const int64_t k = in_width(0);
-          for (const auto& f : op.strs("formats"))
-            if (f != "q8_0") throw CompileError(fmt::format("{}: stacked weights must be Q8_0", op.describe()));
+          const auto& formats = op.strs("formats");
+          if (formats.empty() || formats.size() != op.types.size())
+            throw CompileError(fmt::format("{}: {} formats for {} results", op.describe(), formats.size(), op.types.size()));
+          for (const auto& f : formats)
+            if (f != formats[0])
+              throw CompileError(fmt::format("{}: stacked weights must share their format, not {} and {}",
+                                             op.describe(), formats[0], f));
+          const int64_t wt = kernels::wq_type_of_format(formats[0]);
+          if (formats[0] != "q8_0" && wt < 0)
+            throw CompileError(fmt::format("{}: stacked weights are {}; the CUDA dp4a family stacks Q8_0 and the block "
+                                           "types it decodes", op.describe(), formats[0]));
+          const int64_t pr = op_precise(op);
+          int64_t total = 0;
+          std::vector<int64_t> member_rows;
           shape = fmt::format("{}->", k);
-          for (size_t m = 0; m < op.types.size(); ++m) shape += (m ? "|" : "") + std::to_string(op.types[m].shape.back());
-          // One row: one GEMV over the stacked weights. More: every member's own choice, on the union of their
-          // ranges.
-          ranges.push_back({1, 1, {{kernels::gemv_q8_0_variant(k, P >= 1 ? 2 : 1, tun.matmul)}},
-                            fmt::format("one row: one GEMV over the {} stacked weights, each member's rows to its "
-                                        "own result", op.types.size())});
+          for (size_t m = 0; m < op.types.size(); ++m) {
+            member_rows.push_back(op.types[m].shape.back());
+            total += member_rows.back();
+            shape += (m ? "|" : "") + std::to_string(member_rows.back());
+          }
+          if (wt >= 0) {
+            shape += " " + formats[0];
+            kernels::check_wq_stack(wt, k, member_rows);  // its members' views (KernelError -> CompileError below)
+          }
+          // One row: one GEMV over the stacked weights (Q8_0: its GEMV; the block types: the type's one-row kernel
+          // for the stacked shape). More: every member's own choice, on the union of their ranges.
+          if (wt >= 0)
+            ranges.push_back(kernels::choose_matmul_stack_wq(wt, k, total, (int64_t)op.types.size(),
+                                                             pr >= 1 ? 2 : 1, sms, tun.matmul));
+          else
+            ranges.push_back({1, 1, {{kernels::gemv_q8_0_variant(k, pr >= 1 ? 2 : 1, tun.matmul)}},
+                              fmt::format("one row: one GEMV over the {} stacked weights, each member's rows to its "
+                                          "own result", op.types.size())});
           if (rows >= 2) {
             std::vector<std::vector<KernelRange>> members;
             std::vector<int64_t> cuts;
             for (const auto& t : op.types) {
-              members.push_back(by_planes(P, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+              members.push_back(by_planes(pr, rows, [&](int64_t lo, int64_t hi, int64_t planes) {
                 if (std::max<int64_t>(lo, 2) > hi) return std::vector<KernelRange>{};
+                if (wt >= 0)
+                  return kernels::choose_matmul_wq(wt, k, t.shape.back(), std::max<int64_t>(lo, 2), hi, planes, sms,
+                                                   tun.matmul);
                 return kernels::choose_matmul_q8_0(k, t.shape.back(), std::max<int64_t>(lo, 2), hi, sms, planes,
                                                    tun.matmul);
               }));

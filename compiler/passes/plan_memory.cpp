@@ -49,6 +49,26 @@ std::string weight_types_note(const std::string& device, const std::map<std::str
   return s;
 }
 
+// Per device, per format: the stacked uploads (one device matrix per matmul_stack: runtime/cuda/layout.h q8_stack
+// and wq_stack), their member tensors and bytes (a `qrig inspect` note).
+struct StackTally {
+  int64_t stacks = 0, tensors = 0, bytes = 0;
+};
+using Stacks = std::map<std::string, std::map<std::string, StackTally>>;
+
+std::string stacks_note(const std::string& device, const std::map<std::string, StackTally>& formats) {
+  int64_t stacks = 0, tensors = 0;
+  std::string by;
+  for (const auto& [f, t] : formats) {
+    stacks += t.stacks;
+    tensors += t.tensors;
+    by += fmt::format("{} {} {} of {} tensors ({:.2f} MiB)", by.empty() ? "" : ",", f, t.stacks, t.tensors,
+                      (double)t.bytes / (1 << 20));
+  }
+  return fmt::format("weights on {} stacked: {} matmul_stack uploads of {} tensors, each one device matrix of its "
+                     "members' rows (per format:{})", device, stacks, tensors, by);
+}
+
 // Bytes of a result value in the arena at `rows` rows: f32 rows, or the planes and scales of a q8 value.
 int64_t value_bytes(const ir::Type& t, int64_t rows, int64_t precise_rows) {
   const int64_t w = t.shape.back();
@@ -169,6 +189,7 @@ void plan_memory(CompileContext& cx) {
   m.weight_bytes = 0;
   std::map<std::string, bool> counted;
   WeightTypes weight_types;
+  Stacks stacks;
   // The draft head's weights count once beside the main model's (it shares the embedding and the lm_head).
   std::vector<const ir::Op*> weight_ops;
   for (const ir::Op& op : p.graph.ops) weight_ops.push_back(&op);
@@ -187,6 +208,11 @@ void plan_memory(CompileContext& cx) {
       if (op.has(key)) ws.push_back(op.s(key));
     if (op.has("weights"))
       for (const auto& w : op.strs("weights")) ws.push_back(w);
+    StackTally* stack = nullptr;
+    if (cuda && op.kind == ir::OpKind::matmul_stack && !op.strs("formats").empty()) {
+      stack = &stacks[op.s("device")][op.strs("formats")[0]];
+      ++stack->stacks;
+    }
     for (const auto& w : ws) {
       if (counted[op.s("device") + "/" + w]) continue;
       counted[op.s("device") + "/" + w] = true;
@@ -194,6 +220,10 @@ void plan_memory(CompileContext& cx) {
       if (!t) throw CompileError(fmt::format("{}: tensor '{}' is missing", op.describe(), w));
       const int64_t b = device_weight_bytes(*t, cuda);
       d.mem.weights += b;
+      if (stack) {
+        ++stack->tensors;
+        stack->bytes += b;
+      }
       if (head) m.draft_weight_bytes += b;
       {  // a single-device CPU plan recounts below: it maps the whole file
         TypeTally& tt = weight_types[op.s("device")][gguf::tensor_type_name(t->type)];
@@ -223,6 +253,8 @@ void plan_memory(CompileContext& cx) {
   }
   for (const auto& dev : order)
     if (weight_types.count(dev)) p.notes.push_back(weight_types_note(dev, weight_types.at(dev)));
+  for (const auto& dev : order)
+    if (stacks.count(dev)) p.notes.push_back(stacks_note(dev, stacks.at(dev)));
   for (const auto& dev : order) m.weight_bytes += parts.at(dev).mem.weights;
 
   m.kv_bytes_per_token = 0;

@@ -1,7 +1,7 @@
 // The CUDA executor: runs a CUDA plan's graph on one GPU, deciding nothing the plan decided. Everything is bound
 // once, at load: the allocations of runtime/cuda/layout.h checked against the plan's memory table, weights
-// uploaded (Q8_0 matrices repacked for aligned 16-byte loads, stacked where the plan stacks matmuls, norm vectors
-// as f32), exactly the kernel variants the plan names compiled or read from the cubin cache and loaded (after
+// uploaded (Q8_0 matrices repacked for aligned 16-byte loads, the other block types split into quant and scale
+// bytes, either stacked where the plan stacks matmuls, norm vectors as f32), exactly the kernel variants the plan names compiled or read from the cubin cache and loaded (after
 // which compiling is forbidden), every activation at the arena offset the plan's memory pass gave it, per-slot
 // state (conv windows, GDN states in f32, fp16 key and value caches) for the plan's context length.
 //

@@ -164,7 +164,9 @@ void kernels_matmul_stack(KernelBinder& kb, CudaStep& s) {
         throw RuntimeError(fmt::format("{}: a single launch over the stack runs one row, not {}-{}", op.describe(),
                                        r.first, r.last));
       s.stacked_gemv = kb.load(r.parts[0][0]);
-      if (s.stacked_gemv->variant.kernel != "gemv_q8_0_dp4a")
+      // Q8_0's GEMV, or a block type's one-row kernel (gemv_wq_dp4a, or the skinny kernel the tuning runs as one).
+      const std::string& t = s.stacked_gemv->variant.kernel;
+      if (t != "gemv_q8_0_dp4a" && t != "gemv_wq_dp4a" && t != "gemm_wq_dp4a_skinny")
         throw RuntimeError(fmt::format("{}: {} is not a GEMV", op.describe(), s.stacked_gemv->variant.name));
     } else if (r.parts.size() != members) {
       throw RuntimeError(fmt::format("{}: rows {}-{} name {} parts for {} weights", op.describe(), r.first, r.last,
@@ -352,6 +354,11 @@ void res_matmul_stack(Impl& m, CudaStep& s) {
   auto it = m.stack_by_head.find(ws.at(0));
   if (it == m.stack_by_head.end()) throw RuntimeError(op.describe() + ": its weights were not uploaded as a stack");
   s.stacked = it->second;
+  // The single-row launch reads the stack's layout: Q8_0's GEMV a Q8_0 stack, a block type's kernel its own type.
+  const cuda::Variant& v = s.stacked_gemv->variant;
+  if ((v.kernel == "gemv_q8_0_dp4a") != (s.stacked.wtype == 8) || (s.stacked.wtype != 8 && v.param("w") != s.stacked.wtype))
+    throw RuntimeError(fmt::format("{}: the plan's single-row launch {} cannot read its stack of ggml type {}",
+                                   op.describe(), v.name, s.stacked.wtype));
 }
 void res_conv(Impl& m, CudaStep& s) { s.vec = f32_weight(m, s.b->op->s("weight"), *s.b->op); }
 void res_gdn(Impl& m, CudaStep& s) {
@@ -450,7 +457,10 @@ void run_matmul_stack(const StepCx& c, const CudaStep& s) {
       ys[i] = s.out[i];
       rows_of[i] = s.w[i].rows;
     }
-    cuda::launch_gemv_q8_0_split(*s.stacked_gemv, s.stacked, x.q, x.d, x.q2, ys, rows_of, c.stream);
+    if (s.stacked.wtype == 8)
+      cuda::launch_gemv_q8_0_split(*s.stacked_gemv, s.stacked, x.q, x.d, x.q2, ys, rows_of, c.stream);
+    else
+      cuda::launch_matmul_wq_split(*s.stacked_gemv, s.stacked, x.q, x.d, x.q2, ys, rows_of, c.stream);
     return;
   }
   for (size_t i = 0; i < s.w.size(); ++i) s.mm.at(i)->run(s.w[i], x.q, x.d, x.q2, c.T, s.out[i], c.stream);

@@ -1,8 +1,8 @@
 // Weight upload of the CUDA executor (executor.h): each entry of the layout's weight list (layout.h) once. Q8_0
 // matrices are repacked for aligned 16-byte loads (q8_layout.h), other block types split into quant and scale
-// bytes (repack_wq); a stack (the plan's matmul_stack) is one device
-// matrix whose members are slices of it (no copy twice); F32 vectors as they are; RoPE inverse frequencies as
-// f64 tables.
+// bytes (repack_wq); a stack (the plan's matmul_stack, of Q8_0 or of one block type) is one device matrix of its
+// members' rows whose members are slices of it (no copy twice); F32 vectors as they are; RoPE inverse
+// frequencies as f64 tables.
 #include <fmt/format.h>
 
 #include "kernels/matmul.h"
@@ -48,20 +48,44 @@ void CudaExecutor::Impl::upload_weights() {
         }
         break;
       }
-      case cuda::WeightUpload::wq: {
-        const gguf::TensorInfo& t = f.tensor(w.tensors[0]);
+      case cuda::WeightUpload::wq:
+      case cuda::WeightUpload::wq_stack: {
+        // Each member's blocks repacked at its first row: one matrix of all the members' rows (repack_wq keeps rows
+        // whole and in order), each member a view from its first row (layout.cpp checked the views' alignment).
         const kernels::WqLayout l = kernels::wq_layout(w.wtype);
-        const size_t blocks = (size_t)w.rows * (size_t)(w.cols / l.block_values);
+        const size_t row_blocks = (size_t)(w.cols / l.block_values), bb = (size_t)l.b_bytes();
+        const size_t blocks = (size_t)w.rows * row_blocks;
         std::vector<int8_t> a(blocks * (size_t)l.a_bytes);
-        std::vector<uint16_t> b(blocks * (size_t)l.b_bytes() / 2);
-        cuda::repack_wq(w.wtype, f.tensor_data(t), w.rows, w.cols, reinterpret_cast<uint8_t*>(a.data()),
-                        reinterpret_cast<uint8_t*>(b.data()));
-        weight_qs.emplace_back(opt.device, a.size(), w.tensors[0] + " (quant bytes)");
+        std::vector<uint16_t> b(blocks * bb / 2);
+        size_t r0 = 0;
+        for (const auto& name : w.tensors) {
+          const gguf::TensorInfo& t = f.tensor(name);
+          const int64_t rows = (int64_t)t.ne[1];
+          cuda::repack_wq(w.wtype, f.tensor_data(t), rows, w.cols,
+                          reinterpret_cast<uint8_t*>(a.data()) + r0 * row_blocks * (size_t)l.a_bytes,
+                          reinterpret_cast<uint8_t*>(b.data()) + r0 * row_blocks * bb);
+          r0 += (size_t)rows;
+        }
+        if ((int64_t)r0 != w.rows) throw RuntimeError(fmt::format("{}: {} rows uploaded of {}", w.tensors[0], r0, w.rows));
+        const std::string what = w.tensors.size() == 1
+                                     ? w.tensors[0]
+                                     : fmt::format("{} (+{} stacked)", w.tensors[0], w.tensors.size() - 1);
+        weight_qs.emplace_back(opt.device, a.size(), what + " (quant bytes)");
         weight_qs.back().upload(a);
-        weight_scales.emplace_back(opt.device, b.size(), w.tensors[0] + " (scale bytes)");
+        weight_scales.emplace_back(opt.device, b.size(), what + " (scale bytes)");
         weight_scales.back().upload(b);
         allocated += (int64_t)(a.size() + b.size() * 2);
-        q8_by_name[w.tensors[0]] = {weight_qs.back().data(), weight_scales.back().data(), w.rows, w.cols, w.wtype};
+        const cuda::Q8Matrix whole{weight_qs.back().data(), weight_scales.back().data(), w.rows, w.cols, w.wtype};
+        if (w.kind == cuda::WeightUpload::wq_stack) stack_by_head[w.tensors[0]] = whole;
+        r0 = 0;
+        for (const auto& name : w.tensors) {
+          const int64_t rows = (int64_t)f.tensor(name).ne[1];
+          q8_by_name[name] = {whole.qs + r0 * row_blocks * (size_t)l.a_bytes,
+                              reinterpret_cast<const uint16_t*>(reinterpret_cast<const uint8_t*>(whole.scales) +
+                                                                r0 * row_blocks * bb),
+                              rows, w.cols, w.wtype};
+          r0 += (size_t)rows;
+        }
         break;
       }
       case cuda::WeightUpload::f32: {

@@ -97,14 +97,31 @@ void launch_gemm_wq_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t
 void launch_gemv_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
                     float* y, StreamHandle stream) {
   require_kernel(k, "gemv_wq_dp4a");
+  float* const ys[4] = {y, nullptr, nullptr, nullptr};
+  const int64_t rows[4] = {w.rows, 0, 0, 0};
+  launch_matmul_wq_split(k, w, xq, xd, xq2, ys, rows, stream);
+}
+
+void launch_matmul_wq_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                            const int8_t* xq2, float* const y[4], const int64_t rows[4], StreamHandle stream) {
+  const bool gemv = k.variant.kernel == "gemv_wq_dp4a";
+  if (!gemv) require_kernel(k, "gemm_wq_dp4a_skinny");
   require_wq_args(k, w, xq, xd, xq2);
-  const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32) / k.variant.param("s");
-  const unsigned g = grid_for(w.rows, rows_per_block, k);
+  const SplitOutputs o = split_outputs(k, y, rows, w.rows, 4);
   const bool p2 = k.variant.param("p") == 2;
-  k.kernel.launch(Dim3(g), Dim3((unsigned)k.variant.threads()), 0, stream,
-                  reinterpret_cast<const unsigned char*>(w.qs), reinterpret_cast<const unsigned char*>(w.scales),
-                  reinterpret_cast<const signed char*>(xq), xd, p2 ? reinterpret_cast<const signed char*>(xq2) : nullptr,
-                  y, (int)w.cols, (int)w.rows);
+  const int64_t rows_per_block =
+      k.variant.param("r") * (k.variant.threads() / 32) / (gemv ? k.variant.param("s") : 1);
+  const unsigned g = grid_for(w.rows, rows_per_block, k);
+  auto* wa = reinterpret_cast<const unsigned char*>(w.qs);
+  auto* wb = reinterpret_cast<const unsigned char*>(w.scales);
+  auto* q = reinterpret_cast<const signed char*>(xq);
+  const signed char* q2 = p2 ? reinterpret_cast<const signed char*>(xq2) : nullptr;
+  if (gemv)
+    k.kernel.launch(Dim3(g), Dim3((unsigned)k.variant.threads()), 0, stream, wa, wb, q, xd, q2, o.y[0], o.y[1],
+                    o.y[2], o.y[3], o.bound[0], o.bound[1], o.bound[2], (int)w.cols, (int)w.rows);
+  else
+    k.kernel.launch(Dim3(g), Dim3((unsigned)k.variant.threads()), 0, stream, wa, wb, q, xd, q2, o.y[0], o.y[1],
+                    o.y[2], o.y[3], o.bound[0], o.bound[1], o.bound[2], (int)w.cols, (int)w.rows, 1);
 }
 
 void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
@@ -122,13 +139,15 @@ void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq
   if (T <= 0 || c * w.cols > INT_MAX) throw KernelError(fmt::format("{}: {} activation rows", k.variant.name, T));
   const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
   const unsigned g = grid_for(w.rows, rows_per_block, k);
+  const int n_rows = (int)w.rows;  // one output: b1 = b2 = b3 = n_rows
   for (int64_t t0 = 0; t0 < T; t0 += c) {
     const int64_t n = std::min(c, T - t0);
+    float* out = y + t0 * w.rows;
     k.kernel.launch(Dim3(g), Dim3((unsigned)k.variant.threads()), 0, stream,
                     reinterpret_cast<const unsigned char*>(w.qs), reinterpret_cast<const unsigned char*>(w.scales),
                     reinterpret_cast<const signed char*>(xq + t0 * w.cols), xd + t0 * (w.cols / 32),
-                    p2 ? reinterpret_cast<const signed char*>(xq2 + t0 * w.cols) : nullptr, y + t0 * w.rows,
-                    (int)w.cols, (int)w.rows, (int)n);
+                    p2 ? reinterpret_cast<const signed char*>(xq2 + t0 * w.cols) : nullptr, out, out, out, out, n_rows,
+                    n_rows, n_rows, (int)w.cols, n_rows, (int)n);
   }
 }
 

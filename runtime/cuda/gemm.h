@@ -31,6 +31,11 @@ void launch_gemm_wq_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t
                           const int8_t* xq2, int64_t T, float* y, StreamHandle stream);
 void launch_gemv_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
                     float* y, StreamHandle stream);
+// One activation row over stacked block-type weights (a matmul_stack's members of one type, their rows one after
+// the other: kernels/matmul.h check_wq_stack) whose output rows go to up to four places as launch_gemv_q8_0_split's
+// do: the type's one-row kernel, gemv_wq_dp4a or gemm_wq_dp4a_skinny (one token). y 4-byte aligned.
+void launch_matmul_wq_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
+                            const int8_t* xq2, float* const y[4], const int64_t rows[4], StreamHandle stream);
 // Any of the matmul templates (GEMV for T = 1 only), by the variant's kernel.
 void launch_matmul_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                         const int8_t* xq2, int64_t T, float* y, StreamHandle stream);

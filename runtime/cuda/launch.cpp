@@ -1,6 +1,7 @@
 // Typed, checked launchers of the default-family kernels (see launch.h).
 #include "runtime/cuda/launch.h"
 
+#include <algorithm>
 #include <climits>
 
 #include <fmt/format.h>
@@ -113,23 +114,30 @@ void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8
   require_aligned(xq, 16, k, "xq");
   require_aligned(xd, 4, k, "xd");
   const signed char* q2 = second_plane(k, xq2, 16);
-  int64_t bounds[4], total = 0;
-  float* outs[4];
-  for (int i = 0; i < 4; ++i) {
-    if (rows[i] < 0 || (rows[i] > 0 && !y[i]))
-      throw KernelError(fmt::format("{}: output {} has {} rows and pointer {}", k.variant.name, i, rows[i], (const void*)y[i]));
-    if (rows[i] > 0) require_aligned(y[i], 4, k, "y");
-    total += rows[i];
-    bounds[i] = total;
-    outs[i] = rows[i] > 0 ? y[i] : y[0];
-  }
-  if (total != w.rows)
-    throw KernelError(fmt::format("{}: outputs take {} rows of a {}-row matrix", k.variant.name, total, w.rows));
+  const SplitOutputs o = split_outputs(k, y, rows, w.rows, 4);
   const int64_t rows_per_block = k.variant.param("r") * (k.variant.threads() / 32);
   k.kernel.launch(Dim3(grid_for(w.rows, rows_per_block, k)), Dim3((unsigned)k.variant.threads()), 0, stream,
                   reinterpret_cast<const signed char*>(w.qs), reinterpret_cast<const unsigned short*>(w.scales),
-                  reinterpret_cast<const signed char*>(xq), xd, q2, outs[0], outs[1], outs[2], outs[3], (int)bounds[0],
-                  (int)bounds[1], (int)bounds[2], (int)w.rows);
+                  reinterpret_cast<const signed char*>(xq), xd, q2, o.y[0], o.y[1], o.y[2], o.y[3], o.bound[0],
+                  o.bound[1], o.bound[2], (int)w.rows);
+}
+
+SplitOutputs split_outputs(const LoadedKernel& k, float* const y[4], const int64_t rows[4], int64_t total,
+                           size_t align) {
+  if (total <= 0 || total > INT_MAX) throw KernelError(fmt::format("{}: a matrix of {} rows", k.variant.name, total));
+  SplitOutputs o{};
+  int64_t sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (rows[i] < 0 || (rows[i] > 0 && !y[i]))
+      throw KernelError(fmt::format("{}: output {} has {} rows and pointer {}", k.variant.name, i, rows[i], (const void*)y[i]));
+    if (rows[i] > 0) require_aligned(y[i], align, k, "y");
+    if (i > 0) o.bound[i - 1] = (int)std::min(sum, total);
+    sum += rows[i];
+    o.y[i] = rows[i] > 0 ? y[i] : y[0];
+  }
+  if (sum != total)
+    throw KernelError(fmt::format("{}: outputs take {} rows of a {}-row matrix", k.variant.name, sum, total));
+  return o;
 }
 
 void launch_embed_q8_0(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,

@@ -70,6 +70,15 @@ void launch_gemv_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq
 // the next rows[1] to y[1], ... (rows sum to w.rows; unused entries 0).
 void launch_gemv_q8_0_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                             const int8_t* xq2, float* const y[4], const int64_t rows[4], StreamHandle stream);
+// The output arguments of a launch over stacked weights as the split kernels take them (y0..y3, b1..b3): rows as
+// above, checked against the matrix's `total` rows (KernelError naming the variant: negative counts, a null or
+// unaligned pointer of a used output, a sum other than total); an unused output's pointer is y[0].
+struct SplitOutputs {
+  float* y[4];
+  int bound[3];  // b1, b2, b3: the first row of outputs 1, 2, 3
+};
+SplitOutputs split_outputs(const LoadedKernel& k, float* const y[4], const int64_t rows[4], int64_t total,
+                           size_t align);
 
 // The same for a table of another block type (embed_wq; variant.w must equal table.wtype).
 void launch_embed_wq(const LoadedKernel& k, const Q8Matrix& table, const int32_t* tokens, int64_t n_tokens,

@@ -122,17 +122,40 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
         case ir::OpKind::rmsnorm_quant: f32(op, op.s("weight"), width); break;
         case ir::OpKind::matmul: q8(op, op.s("weight")); break;
         case ir::OpKind::matmul_stack: {
+          // One type for all members: Q8_0 (q8_stack) or a block type the dp4a family decodes (wq_stack).
           WeightUpload w{WeightUpload::q8_stack, op.strs("weights"), -1, 0, -1, 0};
-          for (const auto& name : w.tensors) {
+          std::vector<int64_t> member_rows;
+          for (size_t m = 0; m < w.tensors.size(); ++m) {
+            const std::string& name = w.tensors[m];
             if (!seen.insert(name).second)
               throw RuntimeError(fmt::format("{}: weight '{}' is used twice; a stacked weight is used once", op.describe(), name));
-            const gguf::TensorInfo& t = need_q8(f, name, op);
+            const gguf::TensorInfo& t0 = need(f, name, op);
+            const bool block = t0.ne.size() == 2 && kernels::wq_dp4a_type((int64_t)t0.type);
+            if (m == 0) {
+              w.kind = block ? WeightUpload::wq_stack : WeightUpload::q8_stack;
+              w.wtype = block ? (int64_t)t0.type : 8;
+            } else if ((block ? (int64_t)t0.type : 8) != w.wtype) {
+              throw RuntimeError(fmt::format("{}: stacked weights of different types ('{}' is {}, '{}' {})",
+                                             op.describe(), name, gguf::tensor_type_name(t0.type), w.tensors[0],
+                                             gguf::tensor_type_name(need(f, w.tensors[0], op).type)));
+            }
+            const gguf::TensorInfo& t = block ? t0 : need_q8(f, name, op);
             if (w.cols >= 0 && (int64_t)t.ne[0] != w.cols)
               throw RuntimeError(fmt::format("{}: stacked weights of different widths", op.describe()));
             w.cols = (int64_t)t.ne[0];
             w.rows += (int64_t)t.ne[1];
+            member_rows.push_back((int64_t)t.ne[1]);
           }
-          w.bytes = (int64_t)(q8_qs_bytes(w.rows, w.cols) + q8_scale_bytes(w.rows, w.cols));
+          if (w.kind == WeightUpload::wq_stack) {
+            try {
+              kernels::check_wq_stack(w.wtype, w.cols, member_rows);
+              w.bytes = kernels::wq_device_bytes(w.wtype, w.rows, w.cols);
+            } catch (const kernels::KernelError& e) {
+              throw RuntimeError(fmt::format("{}: {}", op.describe(), e.what()));
+            }
+          } else {
+            w.bytes = (int64_t)(q8_qs_bytes(w.rows, w.cols) + q8_scale_bytes(w.rows, w.cols));
+          }
           L.weights.push_back(std::move(w));
           break;
         }

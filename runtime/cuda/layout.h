@@ -17,13 +17,16 @@
 
 namespace qrig::cuda {
 
+// A stack (the plan's matmul_stack): its members' rows one after the other in one device matrix (q8_stack: the
+// repacked Q8_0 rows; wq_stack: the block types' A and B arrays, kernels/matmul.h check_wq_stack), each member a
+// view of it.
 struct WeightUpload {
-  enum Kind { q8, q8_stack, wq, f32, rope_table } kind = q8;
+  enum Kind { q8, q8_stack, wq, wq_stack, f32, rope_table } kind = q8;
   std::vector<std::string> tensors;  // one tensor, or a stack's members in order
   int op = -1;                       // rope_table: the op (index into the graph's ops) whose table it is
-  int64_t rows = 0, cols = 0;        // q8 / q8_stack: the (stacked) matrix; f32 / rope_table: rows = values
+  int64_t rows = 0, cols = 0;        // matrices: the (stacked) matrix; f32 / rope_table: rows = values
   int64_t bytes = 0;                 // device bytes (q8: int8 values + fp16 scales; wq: the file's block bytes)
-  int64_t wtype = 8;                 // wq: the ggml type id
+  int64_t wtype = 8;                 // wq / wq_stack: the ggml type id
   bool draft = false;                // rope_table: `op` indexes the plan's draft graph (the MTP head)
 };
 

@@ -96,3 +96,28 @@ TEST_CASE("a kquant file with a NaN scale is refused at load, naming the tensor"
   CHECK_THAT(r.text, Contains(name) && Contains("NaN") && Contains("Q4_K") && Contains("corrupt"));
   std::filesystem::remove_all(dir);
 }
+
+// A GPU plan of the Q4_K_M file (compiled without a GPU, kernels not precompiled) stacks its matmuls on one input per
+// format, and `qrig inspect` shows it: matmul_stack rows of the kernel table with the stack's format and its
+// single-row launch, the fusion note's count per format, the stacked uploads of the memory plan, and with --graph
+// each stack's formats (q and k Q4_K, the Q6_K members of the file's mix alone).
+TEST_CASE("qrig inspect shows a Q4_K_M GPU plan's stacked matmuls", "[cli][fixtures][wq]") {
+  const std::string bin = QRIG_BINARY;
+  const auto dir = std::filesystem::temp_directory_path() / ("qrig-kquant-stack-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string plan = (dir / "plan").string();
+  const auto c = qrig::test::run_command(bin + " compile " + kq("q4_k_m.gguf") + " --rig " +
+                                             std::string(QRIG_SOURCE_DIR) + "/rigs/h200.toml --no-precompile -o " + plan,
+                                         true);
+  INFO(c.text);
+  REQUIRE(c.rc == 0);
+  const auto r = qrig::test::run_command(bin + " inspect " + plan + " --graph", true);
+  INFO(r.text);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.text, Contains("matmul_stack  256->1024|512|4|4 q4_k") &&
+                         Contains("one row: one launch over the 4 stacked weights") &&
+                         Contains("-> matmul_stack") && Contains("q4_k 8") &&
+                         Contains("weights on cuda:0 stacked: 8 matmul_stack uploads of 21 tensors") &&
+                         Contains(R"(formats=["q4_k","q4_k"])") && Contains(R"(format="q6_k")"));
+  std::filesystem::remove_all(dir);
+}

@@ -3,13 +3,16 @@
 // choose_matmul_wq can request (every type, 1..4096 tokens, one and two planes, the default tuning), and
 // every type's embedding compiles with
 // NVRTC for sm_70 (NVRTC 11.8 where installed: the CMP plans' feature set, nothing newer than sm_70 in it),
-// sm_75 and sm_90 without spills and declares its block size; the matmuls use dp4a. Also the choice logic: T =
+// sm_75 and sm_90 without spills and declares its block size; the matmuls use dp4a; the single-row launch over a
+// stack of block-type weights (a type's one-row kernel, split outputs) for every type. Also the choice logic: T =
 // 1 is the GEMV with the type's tuning entry, T <= 16 the skinny kernel of the next power of two, longer steps
 // the tiled GEMM when k is a multiple of 128, else 16-row tiles; shapes that are not whole blocks and types
 // without a decode are refused.
 #include <catch2/catch.hpp>
 
 #include <set>
+
+#include <fmt/format.h>
 
 #include "kernels/matmul.h"
 #include "kernels/pointwise.h"
@@ -110,6 +113,7 @@ TEST_CASE("every matmul and embedding variant of the block types compiles for sm
           "spills; sm_70 PTX clean", "[cuda][gemm][wq]") {
   std::vector<test::CompileJob> jobs;
   std::set<std::string> seen;
+  std::vector<Variant> stacked;
   auto add = [&](const Variant& v, std::vector<int> sms) {
     if (seen.insert(v.name).second)
       for (int sm : sms) jobs.push_back({v, sm});
@@ -121,6 +125,9 @@ TEST_CASE("every matmul and embedding variant of the block types compiles for sm
     add(embed_wq_variant(w, 4096), {70, 75, 90});
     for (const int64_t planes : {1, 2}) {
       for (const auto& r : choose_matmul_wq(w, 4096, 4096, 1, 4096, planes)) add(r.parts[0][0], {70, 75, 90});
+      // The single-row launch over a stack (matmul_stack: the split-output GEMV of the stacked shape).
+      stacked.push_back(choose_matmul_stack_wq(w, 4096, 4096 + 1024 + 1024, 3, planes).parts.at(0).at(0));
+      add(stacked.back(), {70, 75, 90});
       for (const GemmTiling& t : default_tuning(90).matmul.wq_tiled[planes - 1])
         add(gemm_wq_tiled_variant(w, planes, t.bn, t.bt, t.tn, t.tt), {70, 75, 90});
     }
@@ -140,4 +147,18 @@ TEST_CASE("every matmul and embedding variant of the block types compiles for sm
     tiled += out[i].variant.kernel == "gemm_wq_dp4a_tiled";
   }
   CHECK(tiled >= kTypes.size() * 2 * 3);
+  // Every stack's one-row kernel compiled for every architecture, with the split outputs (y0..y3, b1..b3: 14
+  // parameters for the GEMV, 15 for the skinny kernel) in its PTX entry.
+  for (const Variant& v : stacked) {
+    INFO(v.name);
+    int compiled = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (out[i].variant != v) continue;
+      CHECK(!out[i].cubin.empty());
+      const std::string last = fmt::format("{}_param_{}", v.kernel, v.kernel == "gemv_wq_dp4a" ? 13 : 14);
+      CHECK(out[i].ptx.find(last) != std::string::npos);
+      compiled += !out[i].cubin.empty();
+    }
+    CHECK(compiled == 3);
+  }
 }

@@ -13,7 +13,9 @@
 //   - repeated launches agree bit for bit (deterministic), and a row's result does not depend on how many
 //     rows the launch had within one kernel width (skinny) or at all (tiled);
 //   - the embedding: every value bit for bit gguf::dequantize's (fmaf(d, q, m) equals the reference's one
-//     rounding: qrig_wtypes.cuh).
+//     rounding: qrig_wtypes.cuh);
+//   - stacked weights (matmul_stack): the single-row launch with split outputs and the members' views, per member
+//     against cpu::matmul (the test case's comment says how).
 // "[.bench]": the GEMV per type at 9B shapes, every variant of gemv_wq_sweep and session 7's skinny GEMV, GB/s of its bytes against a
 // device-to-device copy measured in the same run (issue: every type's GEMV at >= 75% of the copy bandwidth),
 // and the best per type as tuning-table entries; "[.bench][wq_gemm]": the tiled GEMM per type and tiling at
@@ -247,6 +249,147 @@ TEST_CASE("a row's result does not depend on the launch's other rows within one 
   CHECK_THROWS_AS(launch_matmul_wq(k, wrong, x.xq.data(), x.xd.data(), nullptr, 4, y9.data(), g.stream.get()), KernelError);
   CHECK_THROWS_AS(launch_matmul_wq(kt, wrong, x.xq.data(), x.xd.data(), nullptr, 40, y40.data(), g.stream.get()),
                   KernelError);
+}
+
+// A matmul_stack over block-type weights, for every type: the members' rows stacked in one device matrix as the
+// executor uploads them (each member's repacked rows from its first row: one WqTest of all the rows, a member a
+// row range of it), on fresh random weights and activations per type and shape:
+//   - one row: the single launch the plans choose for the stacked shape (kernels::choose_matmul_stack_wq: the type's
+//     one-row kernel, gemv_wq_dp4a or the skinny kernel, with split outputs), each member into its own poisoned
+//     buffer, against cpu::matmul of that member's rows on the same quantized activation (kSameErr); bit for bit
+//     what one output over the whole stack gives, and repeated launches agree;
+//   - more rows (T = 2, 5, 17): each member's own kernels (choose_matmul_wq for its shape, as the plan's ranges
+//     name them) on its view of the stack, against the same reference;
+//   - the split launcher refuses outputs whose rows do not sum to the stack's and a variant of another type.
+// Shapes: {200, 72, 18, 10} x 1024 (four outputs, bounds inside CTAs), the 9B attention q|k|v {8192, 1024, 1024} x
+// 4096 and the GDN inputs {8192, 4096, 32, 32} x 4096 (on a strided subset of the rows).
+TEST_CASE("stacked block-type matmuls: one split launch for a row, member views for more, each member vs cpu::matmul",
+          "[gpu][short][wq]") {
+  Gpu& g = Gpu::get();
+  struct Shape {
+    std::vector<int64_t> rows;
+    int64_t k, stride;
+  };
+  const std::vector<Shape> shapes = {{{200, 72, 18, 10}, 1024, 1}, {{8192, 1024, 1024}, 4096, 7},
+                                     {{8192, 4096, 32, 32}, 4096, 5}};
+  std::vector<Variant> vs;
+  for (const TypeInfo& ti : kTypes)
+    for (const Shape& sh : shapes) {
+      int64_t total = 0;
+      for (int64_t r : sh.rows) total += r;
+      for (const int64_t planes : {1, 2}) {
+        vs.push_back(kernels::choose_matmul_stack_wq((int64_t)ti.type, sh.k, total, (int64_t)sh.rows.size(), planes)
+                         .parts[0][0]);
+        for (int64_t r : sh.rows)
+          for (const auto& kr : kernels::choose_matmul_wq((int64_t)ti.type, sh.k, r, 2, 17, planes))
+            vs.push_back(kr.parts[0][0]);
+      }
+    }
+  precompile(vs);
+  uint64_t seed = 7000;
+  for (size_t i = 0; i < kTypes.size(); ++i)
+    for (const Shape& sh : shapes) {
+      const int64_t type = (int64_t)kTypes[i].type;
+      int64_t total = 0;
+      for (int64_t r : sh.rows) total += r;
+      REQUIRE_NOTHROW(kernels::check_wq_stack(type, sh.k, sh.rows));
+      const WqTest w(kTypes[i], total, sh.k, seed++);
+      const kernels::WqLayout& l = w.layout;
+      const size_t row_blocks = (size_t)(sh.k / l.block_values);
+      // Member m: rows [first[m], first[m] + rows[m]) of the stack, its view and its reference rows.
+      std::vector<int64_t> first;
+      std::vector<Q8Matrix> view;
+      std::vector<std::vector<int64_t>> which(sh.rows.size());
+      std::vector<std::vector<uint8_t>> ref_bytes(sh.rows.size());
+      for (size_t m = 0, r0 = 0; m < sh.rows.size(); r0 += (size_t)sh.rows[m], ++m) {
+        first.push_back((int64_t)r0);
+        view.push_back({w.a.data() + r0 * row_blocks * (size_t)l.a_bytes,
+                        reinterpret_cast<const uint16_t*>(reinterpret_cast<const uint8_t*>(w.b.data()) +
+                                                          r0 * row_blocks * (size_t)l.b_bytes()),
+                        sh.rows[m], sh.k, type});
+        for (int64_t r = 0; r < sh.rows[m]; r += sh.stride) {
+          which[m].push_back(r);
+          const auto at = w.gguf.begin() + (ptrdiff_t)((r0 + (size_t)r) * w.row_bytes());
+          ref_bytes[m].insert(ref_bytes[m].end(), at, at + (ptrdiff_t)w.row_bytes());
+        }
+      }
+      for (const int64_t planes : {1, 2}) {
+        std::string shape = fmt::format("{} {}->", gguf::tensor_type_name(w.type), sh.k);
+        for (size_t m = 0; m < sh.rows.size(); ++m) shape += (m ? "|" : "") + std::to_string(sh.rows[m]);
+        shape += fmt::format(" p{}", planes);
+        INFO(shape);
+        // Each member's error against cpu::matmul on the same quantized activation, T rows of y_m [T][rows m].
+        auto check_members = [&](const std::vector<std::vector<float>>& ys, const Act& x, int64_t T,
+                                 const std::string& what) {
+          for (size_t m = 0; m < sh.rows.size(); ++m) {
+            const cpu::Matrix ref_w{w.type, ref_bytes[m].data(), sh.k, (int64_t)which[m].size()};
+            std::vector<float> ref((size_t)T * which[m].size()), got(ref.size());
+            cpu::matmul(ref_w, x.xhat.data(), T, ref.data());
+            for (float v : ys[m]) REQUIRE(v == v);  // every output written
+            for (int64_t t = 0; t < T; ++t)
+              for (size_t j = 0; j < which[m].size(); ++j)
+                got[(size_t)t * which[m].size() + j] = ys[m][(size_t)(t * sh.rows[m] + which[m][j])];
+            const double e = rel_err(got, ref);
+            report(what, fmt::format("{} member {} T{}", shape, m, T), "vs same quantized activation", e, kSameErr);
+            CHECK(e <= kSameErr);
+          }
+        };
+        // One row: the split launch over the stack.
+        const Act x(1, sh.k, seed++, planes);
+        const LoadedKernel k =
+            g.load(kernels::choose_matmul_stack_wq(type, sh.k, total, (int64_t)sh.rows.size(), planes).parts[0][0]);
+        std::vector<DeviceBuffer<float>> outs;
+        float* ys[4] = {nullptr, nullptr, nullptr, nullptr};
+        int64_t rows4[4] = {0, 0, 0, 0};
+        for (size_t m = 0; m < sh.rows.size(); ++m) {
+          outs.push_back(poisoned_device((size_t)sh.rows[m], "stack member out"));
+          ys[m] = outs.back().data();
+          rows4[m] = sh.rows[m];
+        }
+        auto split = [&] {
+          for (auto& o : outs) o.fill_bytes(0xFF);
+          launch_matmul_wq_split(k, w.device(), x.xq.data(), x.xd.data(), x.xq2.data(), ys, rows4, g.stream.get());
+          g.stream.sync(k.variant.name);
+          std::vector<std::vector<float>> r;
+          for (auto& o : outs) r.push_back(o.download());
+          return r;
+        };
+        const auto got = split();
+        check_members(got, x, 1, k.variant.name + " (split)");
+        auto whole = poisoned_device((size_t)total, "stack whole out");
+        launch_matmul_wq(k, w.device(), x.xq.data(), x.xd.data(), x.xq2.data(), 1, whole.data(), g.stream.get());
+        g.stream.sync("whole");
+        const std::vector<float> all = whole.download();
+        for (size_t m = 0; m < sh.rows.size(); ++m)
+          CHECK(cpu::test::bit_equal(got[m], std::vector<float>(all.begin() + first[m],
+                                                                 all.begin() + first[m] + sh.rows[m])));
+        const auto again = split();
+        for (size_t m = 0; m < sh.rows.size(); ++m) CHECK(cpu::test::bit_equal(again[m], got[m]));  // deterministic
+        // More rows: each member's own kernels on its view.
+        for (const int64_t T : {2, 5, 17}) {
+          const Act xt(T, sh.k, seed++, planes);
+          std::vector<std::vector<float>> ym;
+          for (size_t m = 0; m < sh.rows.size(); ++m) {
+            const auto ranges = kernels::choose_matmul_wq(type, sh.k, sh.rows[m], 2, 17, planes);
+            const LoadedKernel km = g.load(variant_for(ranges, T));
+            auto y = poisoned_device((size_t)(T * sh.rows[m]), "member view out");
+            launch_matmul_wq(km, view[m], xt.xq.data(), xt.xd.data(), xt.xq2.data(), T, y.data(), g.stream.get());
+            g.stream.sync(km.variant.name);
+            ym.push_back(y.download());
+          }
+          check_members(ym, xt, T, "member views");
+        }
+        // Refusals: rows that do not sum to the stack's, a variant of another type.
+        int64_t short4[4] = {rows4[0], rows4[1], rows4[2], rows4[3]};
+        short4[0] -= 1;
+        CHECK_THROWS_AS(launch_matmul_wq_split(k, w.device(), x.xq.data(), x.xd.data(), x.xq2.data(), ys, short4,
+                                               g.stream.get()), KernelError);
+        Q8Matrix other = w.device();
+        other.wtype = type == 12 ? 13 : 12;
+        CHECK_THROWS_AS(launch_matmul_wq_split(k, other, x.xq.data(), x.xd.data(), x.xq2.data(), ys, rows4,
+                                               g.stream.get()), KernelError);
+      }
+    }
 }
 
 TEST_CASE("embed_wq gives gguf::dequantize's rows bit for bit for every block type", "[gpu][short][wq]") {

@@ -9,8 +9,11 @@
 #   1. qrig_tests_gpu "[wq]": every block type's matmul (the GEMV with every variant of the tuning sweep, the
 #      skinny widths, the tiled GEMM with every tiling, 16-row skinny tiles for rows not a multiple of 128
 #      values; one and two planes) vs cpu::matmul on the same quantized activation at small, 9B and 27B shapes,
-#      threshold 2e-5 (measured worst so far 8.6e-7); embed_wq bit for bit.
-#   2. qrig verify of every kquant fixture on the GPU (a plan for the probed rig).
+#      threshold 2e-5 (measured worst so far 8.6e-7); embed_wq bit for bit; stacked weights (matmul_stack) of every
+#      type: the single-row split launch and the members' views for 2, 5, 17 rows, each member vs cpu::matmul.
+#   2. qrig verify of every kquant fixture on the GPU (a plan for the probed rig; its matmuls on one input stacked
+#      per format, the plan's matmul_stack count in the table), once as prefill and once with --split 4 (every token
+#      after the 4th a decode step: the stacks' single-row launches).
 #   3. compute-sanitizer memcheck of the Q4_K_M verify (when installed).
 #   4. the micro-benchmarks: the GEMV per type and variant at 9B shapes (GB/s against a copy measured in the same
 #      run; gemv_wq.md ends with the best variant per type as tuning entries), the tiled GEMM per type and tiling
@@ -40,9 +43,13 @@ if [[ $what == all || $what == check ]]; then
     [[ -f "$shared/fixtures/kquant/$name.gguf" ]] || continue
     "$qrig" compile "$shared/fixtures/kquant/$name.gguf" --rig "$out/rig.toml" -o "$out/plan-$name" >"$out/compile-$name.log" 2>&1
     if [[ $? != 0 ]]; then add "verify $name" "compile: $(tail -1 "$out/compile-$name.log")"; continue; fi
+    stacks=$(grep -c '= matmul_stack(' "$out/plan-$name/graph.ir" 2>/dev/null)
     "$qrig" verify "$out/plan-$name" "$f" >"$out/verify-$name.log" 2>&1
     rc=$?
-    add "verify $name" "$( [[ $rc == 0 ]] && echo ok || echo FAIL): $(grep -E 'max_rel_err' "$out/verify-$name.log" | tail -1)"
+    add "verify $name ($stacks stacks)" "$( [[ $rc == 0 ]] && echo ok || echo FAIL): $(grep -E 'max_rel_err' "$out/verify-$name.log" | tail -1)"
+    "$qrig" verify "$out/plan-$name" "$f" --split 4 >"$out/verify-decode-$name.log" 2>&1
+    rc=$?
+    add "verify $name, decode (--split 4)" "$( [[ $rc == 0 ]] && echo ok || echo FAIL): $(grep -E 'max_rel_err' "$out/verify-decode-$name.log" | tail -1)"
   done
   if command -v compute-sanitizer >/dev/null && [[ -d "$out/plan-kq-q4_k_m" ]]; then
     compute-sanitizer --tool memcheck --error-exitcode 3 "$qrig" verify "$out/plan-kq-q4_k_m" \
