@@ -67,6 +67,8 @@ ir::Plan compile(const gguf::File& file, const Rig& rig, const CompileOptions& o
   passes::plan_draft(cx);
   passes::quantize_matmul_inputs(cx);
   passes::fuse_norm_quant(cx);
+  passes::fuse_add_norm(cx);
+  passes::fuse_swiglu_quant(cx);
   passes::stack_matmuls(cx);
   passes::choose_kernels(cx);
   passes::plan_prefix_cache(cx);

@@ -12,6 +12,8 @@ const std::vector<OpSchema>& op_schemas() {
         {OpKind::rmsnorm, "rmsnorm", 1, 1, {"weight", "eps"}, "x * rsqrt(mean(x^2) + eps) * w per row"},
         {OpKind::rmsnorm_quant, "rmsnorm_quant", 1, 1, {"weight", "eps", "precise_rows"},
          "rmsnorm whose output only feeds matmuls: the output quantized as `quantize` does (a q8 value)"},
+        {OpKind::add_rmsnorm_quant, "add_rmsnorm_quant", 2, 2, {"weight", "eps", "precise_rows"},
+         "residual add whose sum feeds an rmsnorm_quant: results the sum (f32, as `add`) and rmsnorm_quant of it (q8)"},
         {OpKind::quantize, "quantize", 1, 1, {"precise_rows"},
          "f32 rows -> int8 per 32 values with an f32 scale (one plane; two planes, ~15 bits, for steps of at most "
          "precise_rows rows): the matmul input of the dp4a family"},
@@ -20,6 +22,8 @@ const std::vector<OpSchema>& op_schemas() {
          "x W_i^T for several weights read by one input (stacked on the device), one result per weight"},
         {OpKind::add, "add", 2, 1, {}, "elementwise sum"},
         {OpKind::swiglu, "swiglu", 2, 1, {}, "silu(gate) * up"},
+        {OpKind::swiglu_quant, "swiglu_quant", 2, 1, {"precise_rows"},
+         "swiglu whose output only feeds a quantize: the output quantized as `quantize` does (a q8 value)"},
         {OpKind::conv1d_silu, "conv1d_silu", 1, 1, {"weight", "state"},
          "causal depthwise conv over time with state, then SiLU"},
         {OpKind::gdn, "gdn", 3, 1, {"ssm_a", "dt_bias", "key_heads", "value_heads", "key_dim", "value_dim", "state"},
@@ -52,6 +56,16 @@ const std::vector<OpSchema>& op_schemas() {
 
 const OpSchema& schema(OpKind k) { return op_schemas().at((size_t)k); }
 const char* op_name(OpKind k) { return schema(k).name; }
+
+bool makes_q8(OpKind k, size_t result) {
+  switch (k) {
+    case OpKind::quantize:
+    case OpKind::rmsnorm_quant:
+    case OpKind::swiglu_quant: return result == 0;
+    case OpKind::add_rmsnorm_quant: return result == 1;
+    default: return false;
+  }
+}
 
 const OpSchema* find_schema(std::string_view name) {
   for (const OpSchema& s : op_schemas())

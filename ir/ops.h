@@ -23,11 +23,13 @@ enum class OpKind : unsigned char {
   embed,          // rows of a table for token ids
   rmsnorm,        // x * rsqrt(mean(x^2) + eps) * w per row
   rmsnorm_quant,  // rmsnorm, its output quantized for the matmuls it feeds (fusion of rmsnorm + quantize)
+  add_rmsnorm_quant,  // residual add, and rmsnorm_quant of the sum (fusion of add + rmsnorm_quant): two results
   quantize,       // f32 rows -> int8 activation planes + a scale per 32 values (a q8 value)
   matmul,         // x W^T with a GGUF weight [in, out]
   matmul_stack,   // several matmuls reading one input, their weights stacked (one result per weight)
   add,
   swiglu,
+  swiglu_quant,   // swiglu, its output quantized for the one matmul it feeds (fusion of swiglu + quantize)
   conv1d_silu,
   gdn,
   gated_rmsnorm,
@@ -45,7 +47,7 @@ struct OpSchema {
   OpKind kind;
   const char* name;
   int n_args;
-  int n_results;  // 0 (side effects only), 1, or -1: one or more (one per weight of a stacked matmul)
+  int n_results;  // 0 (side effects only), 1, 2 (add_rmsnorm_quant), or -1: one or more (one per stacked weight)
   std::vector<const char*> required_attrs;
   const char* doc;
 };
@@ -54,5 +56,8 @@ const std::vector<OpSchema>& op_schemas();  // indexed by OpKind
 const OpSchema& schema(OpKind k);
 const OpSchema* find_schema(std::string_view name);  // nullptr for unknown names
 const char* op_name(OpKind k);
+// Whether result k of an op of kind `k` is a quantized activation (q8): the results of quantize, rmsnorm_quant and
+// swiglu_quant, the second one of add_rmsnorm_quant.
+bool makes_q8(OpKind k, size_t result);
 
 }  // namespace qrig::ir

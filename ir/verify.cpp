@@ -53,19 +53,21 @@ void verify(const Graph& g) {
       }
       for (const std::string& r : op.results) device_of[r] = dev;
     }
-    // Quantized activations are made by quantize / rmsnorm_quant and read only by matmuls.
+    // Quantized activations are made by the quantizing ops (ir::makes_q8) and read only by matmuls.
     const bool reads_q8 = op.kind == OpKind::matmul || op.kind == OpKind::matmul_stack;
     for (const std::string& a : op.args)
       if (q8_values.count(a) && !reads_q8)
         throw Error(fmt::format("IR: {} reads the quantized value %{} (only matmuls read q8 values)", op.describe(), a));
-    const bool makes_q8 = op.kind == OpKind::quantize || op.kind == OpKind::rmsnorm_quant;
     for (size_t k = 0; k < op.results.size(); ++k) {
-      if ((op.types[k].dtype == DType::q8) != makes_q8)
+      const bool q8 = makes_q8(op.kind, k);
+      if ((op.types[k].dtype == DType::q8) != q8)
         throw Error(fmt::format("IR: {} result %{} is {} ({})", op.describe(), op.results[k],
                                 type_string(op.types[k]),
-                                makes_q8 ? "this op makes q8 values" : "only quantize and rmsnorm_quant make q8 values"));
+                                q8 ? "this op makes q8 values"
+                                   : "only quantize, rmsnorm_quant, swiglu_quant and add_rmsnorm_quant's second "
+                                     "result are q8 values"));
       define(op.results[k], "result");
-      if (makes_q8) q8_values.insert(op.results[k]);
+      if (q8) q8_values.insert(op.results[k]);
     }
     if (op.kind == OpKind::matmul_stack && op.strs("weights").size() != op.results.size())
       throw Error(fmt::format("IR: {} has {} weights for {} results", op.describe(), op.strs("weights").size(),

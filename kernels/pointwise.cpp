@@ -27,6 +27,10 @@ std::vector<TemplateInfo> pointwise_templates() {
         {"q", "QRIG_QUANT", 0, 2, 1, "also quantize the output for the matmuls it feeds: 0 no, 1 or 2 planes"},
         threads_param()},
        "out = x * rsqrt(mean(x^2) + eps) * w per row of f32 (+ quant_act_q8 of out, fused); one block per row"},
+      {"add_rmsnorm_q8", "add_rmsnorm_q8.cu",
+       {{"d", "QRIG_D", 32, 65536, 32, "row length"}, planes_param(), threads_param()},
+       "sum = a + b per row of f32, and rmsnorm_f32 q<p> of the sum's row quantized (no f32 normed row); one block "
+       "per row"},
       {"embed_q8_0", "embed_q8_0.cu",
        {{"d", "QRIG_D", 32, 65536, 32, "row length"}, threads_param()},
        "rows of a repacked Q8_0 table -> f32, one block per token; ids out of range give NaN rows"},
@@ -37,6 +41,8 @@ std::vector<TemplateInfo> pointwise_templates() {
        "dequantizes them, one block per token; ids out of range give NaN rows"},
       {"add_f32", "add_f32.cu", {threads_param()}, "residual add of f32 vectors (float4)"},
       {"swiglu_f32", "swiglu_f32.cu", {threads_param()}, "silu(gate) * up of f32 vectors (float4)"},
+      {"swiglu_q8", "swiglu_q8.cu", {planes_param(), threads_param()},
+       "silu(gate) * up quantized as quant_act_q8 (the f32 product is not written), 8 lanes per 32 values, grid-stride"},
       {"concat_f32", "concat_f32.cu", {threads_param()},
        "rows of two f32 values side by side (the MTP draft head's [enorm(e) ; hnorm(h)]), grid-stride"},
       {"conv1d_silu_f32", "conv1d_silu_f32.cu",
@@ -71,6 +77,12 @@ Variant embed_wq_variant(int64_t ggml_type, int64_t d) {
 }
 Variant add_f32_variant() { return make_variant("add_f32", {{"t", 256}}); }
 Variant swiglu_f32_variant() { return make_variant("swiglu_f32", {{"t", 256}}); }
+Variant add_rmsnorm_q8_variant(int64_t d, int64_t planes) {
+  // The block size of rmsnorm_f32 for the row: the same per-thread slices and reduction order, so the same bits.
+  return make_variant("add_rmsnorm_q8",
+                      {{"d", d}, {"p", planes}, {"t", std::clamp<int64_t>(pow2_at_most(d / 4), 32, 256)}});
+}
+Variant swiglu_q8_variant(int64_t planes) { return make_variant("swiglu_q8", {{"p", planes}, {"t", 256}}); }
 Variant concat_f32_variant() { return make_variant("concat_f32", {{"t", 256}}); }
 Variant conv1d_silu_f32_variant(int64_t taps, int64_t batched) {
   return make_variant("conv1d_silu_f32", {{"k", taps}, {"b", batched}, {"t", 128}});

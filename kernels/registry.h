@@ -1,6 +1,7 @@
 // The template registry (variant.h) is assembled from one list per kernel area, each defined in the area's
 // file of this library next to the area's choice functions, so that adding a kernel touches its area only:
-//   pointwise_templates  pointwise.cpp   rmsnorm (+ fused quantization), embedding, residual add, SwiGLU, conv1d,
+//   pointwise_templates  pointwise.cpp   rmsnorm (+ fused quantization), embedding, residual add (+ fused quantized
+//                                        rmsnorm), SwiGLU (+ fused quantization), conv1d,
 //                                        head/gated norms, RoPE, KV write, argmax
 //   matmul_templates     matmul.cpp      activation quantization, decode GEMV, prefill / multi-row GEMMs (dp4a)
 //   gdn_templates        gdn.cpp         Gated DeltaNet recurrent step and chunked prefill

@@ -46,7 +46,7 @@ std::vector<ir::LaunchRange> to_ir(const std::vector<KernelRange>& rs) {
 
 KernelRange all_rows(int64_t max_rows, Variant v, std::string why) { return {1, max_rows, {{std::move(v)}}, std::move(why)}; }
 
-// Two planes up to precise_rows rows, one above: the quantize / rmsnorm_quant / matmul rule.
+// Two planes up to precise_rows rows, one above: the rule of the quantizing ops and the matmuls.
 template <class F>
 std::vector<KernelRange> by_planes(int64_t precise_rows, int64_t max_rows, F for_planes) {
   std::vector<KernelRange> out;
@@ -93,8 +93,9 @@ void choose_graph_kernels(CompileContext& cx, ir::Graph& g, bool draft, Table& t
   const kernels::Tuning& tun = cx.tuning;
   const int64_t max_t = p.rows_per_call(), max_r = p.max_logit_rows;  // rows of one call (a pipeline's micro-batch)
   const int64_t P = p.precise_rows;
-  // The two-plane rule of a quantize / rmsnorm_quant / matmul op: its own precise_rows (quantize_matmul_inputs
-  // gives block-type matmuls and their inputs one plane), the plan's where it has none.
+  // The two-plane rule of a quantizing op (quantize, rmsnorm_quant and the fusions into them) or a matmul: its own
+  // precise_rows (quantize_matmul_inputs gives block-type matmuls and their inputs one plane), the plan's where it
+  // has none.
   auto op_precise = [&](const ir::Op& op) { return op.has("precise_rows") ? op.i("precise_rows") : P; };
   // The most sequences a decode step holds (the draft head: one per call).
   const int64_t decode_seqs = draft ? 1 : std::min(p.max_sequences, max_t);
@@ -130,6 +131,14 @@ void choose_graph_kernels(CompileContext& cx, ir::Graph& g, bool draft, Table& t
           ranges = by_planes(op_precise(op), rows, [&](int64_t lo, int64_t hi, int64_t planes) {
             return std::vector<KernelRange>{{lo, hi, {{kernels::rmsnorm_f32_variant(width, planes)}},
                                              "normalise and quantize in one kernel, " + planes_reason(planes)}};
+          });
+          break;
+        case ir::OpKind::add_rmsnorm_quant:
+          shape = fmt::format("d {}", width);
+          ranges = by_planes(op_precise(op), rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+            return std::vector<KernelRange>{{lo, hi, {{kernels::add_rmsnorm_q8_variant(width, planes)}},
+                                             "residual add, then normalise and quantize the sum, in one kernel, " +
+                                                 planes_reason(planes)}};
           });
           break;
         case ir::OpKind::quantize:
@@ -226,6 +235,13 @@ void choose_graph_kernels(CompileContext& cx, ir::Graph& g, bool draft, Table& t
           break;
         case ir::OpKind::swiglu:
           ranges = {all_rows(rows, kernels::swiglu_f32_variant(), "float4 grid-stride")};
+          break;
+        case ir::OpKind::swiglu_quant:
+          shape = fmt::format("d {}", width);
+          ranges = by_planes(op_precise(op), rows, [&](int64_t lo, int64_t hi, int64_t planes) {
+            return std::vector<KernelRange>{{lo, hi, {{kernels::swiglu_q8_variant(planes)}},
+                                             "silu(gate) * up quantized in one kernel, " + planes_reason(planes)}};
+          });
           break;
         case ir::OpKind::conv1d_silu: {
           const ir::State* st = g.state(op.s("state"));

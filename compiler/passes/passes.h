@@ -28,6 +28,8 @@ void schedule_gdn(CompileContext& cx);            // chunk length, recurrent thr
 void plan_draft(CompileContext& cx);              // speculative decoding: draft tokens, the MTP head's graph
 void quantize_matmul_inputs(CompileContext& cx);  // dp4a: explicit quantize ops, two-plane rule (precise_rows)
 void fuse_norm_quant(CompileContext& cx);         // rmsnorm + quantize -> rmsnorm_quant
+void fuse_add_norm(CompileContext& cx);           // add + rmsnorm_quant of the sum -> add_rmsnorm_quant
+void fuse_swiglu_quant(CompileContext& cx);       // swiglu + quantize -> swiglu_quant
 void stack_matmuls(CompileContext& cx);           // matmuls on one input -> matmul_stack
 void choose_kernels(CompileContext& cx);          // CUDA: kernel variants per op and range of rows, and why
 void plan_prefix_cache(CompileContext& cx);       // cut and snapshot points, shared prefix cache budget

@@ -182,11 +182,13 @@ constexpr std::array<BindFn, ir::kOpKindCount> kBind = [] {
   t[(size_t)OpKind::embed] = bind_embed;
   t[(size_t)OpKind::rmsnorm] = bind_norm;
   t[(size_t)OpKind::rmsnorm_quant] = bind_norm;
+  t[(size_t)OpKind::add_rmsnorm_quant] = bind_norm;  // the norm's weight, of the sum's width
   t[(size_t)OpKind::quantize] = bind_none;
   t[(size_t)OpKind::matmul] = bind_matmul;
   t[(size_t)OpKind::matmul_stack] = bind_matmul_stack;
   t[(size_t)OpKind::add] = bind_none;
   t[(size_t)OpKind::swiglu] = bind_none;
+  t[(size_t)OpKind::swiglu_quant] = bind_none;
   t[(size_t)OpKind::conv1d_silu] = bind_conv;
   t[(size_t)OpKind::gdn] = bind_gdn;
   t[(size_t)OpKind::gated_rmsnorm] = bind_head_norm;
@@ -242,6 +244,20 @@ void run_rmsnorm_quant(const RunCx& c, const Step& s) {
   std::vector<float> normed((size_t)(c.n(s) * w));
   cpu::rmsnorm(c.in(s, 0), s.vec, c.n(s), w, (float)s.b->op->f("eps"), normed.data());
   quantize_rows(normed.data(), c.n(s), w, s.b->op->i("precise_rows"), c.out(s));
+}
+// The fusions into the quantization (the CUDA kernels make the same values in one launch): exactly the unfused ops.
+void run_add_rmsnorm_quant(const RunCx& c, const Step& s) {
+  const int64_t n = c.n(s), w = c.g.width(s.b->results[0]);
+  cpu::add(c.in(s, 0), c.in(s, 1), n * w, c.out(s, 0));
+  std::vector<float> normed((size_t)(n * w));
+  cpu::rmsnorm(c.out(s, 0), s.vec, n, w, (float)s.b->op->f("eps"), normed.data());
+  quantize_rows(normed.data(), n, w, s.b->op->i("precise_rows"), c.out(s, 1));
+}
+void run_swiglu_quant(const RunCx& c, const Step& s) {
+  const int64_t n = c.n(s), w = c.g.width(s.b->results[0]);
+  std::vector<float> act((size_t)(n * w));
+  cpu::swiglu(c.in(s, 0), c.in(s, 1), n * w, act.data());
+  quantize_rows(act.data(), n, w, s.b->op->i("precise_rows"), c.out(s));
 }
 void run_quantize(const RunCx& c, const Step& s) {
   quantize_rows(c.in(s, 0), c.n(s), c.g.width(s.b->results[0]), s.b->op->i("precise_rows"), c.out(s));
@@ -369,11 +385,13 @@ constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   t[(size_t)OpKind::embed] = run_embed;
   t[(size_t)OpKind::rmsnorm] = run_rmsnorm;
   t[(size_t)OpKind::rmsnorm_quant] = run_rmsnorm_quant;
+  t[(size_t)OpKind::add_rmsnorm_quant] = run_add_rmsnorm_quant;
   t[(size_t)OpKind::quantize] = run_quantize;
   t[(size_t)OpKind::matmul] = run_matmul;
   t[(size_t)OpKind::matmul_stack] = run_matmul_stack;
   t[(size_t)OpKind::add] = run_add;
   t[(size_t)OpKind::swiglu] = run_swiglu;
+  t[(size_t)OpKind::swiglu_quant] = run_swiglu_quant;
   t[(size_t)OpKind::conv1d_silu] = run_conv;
   t[(size_t)OpKind::gdn] = run_gdn;
   t[(size_t)OpKind::gated_rmsnorm] = run_gated_rmsnorm;

@@ -47,10 +47,11 @@ void CudaExecutor::Impl::bind_draft() {
   const ir::AttrValue* from = plan.draft.attr("hidden_from");
   if (!from || !std::holds_alternative<std::string>(*from))
     throw RuntimeError("the draft graph does not say which value feeds its %hidden (hidden_from)");
+  // A tap names an op's first result (add_rmsnorm_quant: the sum).
   for (const BoundOp& b : graph->ops)
-    if (b.tap == std::get<std::string>(*from) && b.results.size() == 1) hidden_value = b.results[0];
+    if (b.tap == std::get<std::string>(*from) && !b.results.empty()) hidden_value = b.results[0];
   for (const BoundOp& b : draft_graph->ops)
-    if (b.tap == "mtp_hidden_out" && b.results.size() == 1) carry_value = b.results[0];
+    if (b.tap == "mtp_hidden_out" && !b.results.empty()) carry_value = b.results[0];
   const int64_t W = layout.draft_width;
   if (hidden_value < 0 || graph->width(hidden_value) != W || graph->values[(size_t)hidden_value].rows)
     throw RuntimeError(fmt::format("the main graph has no value tapped {} of {} values per token to feed the draft "

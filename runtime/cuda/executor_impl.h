@@ -39,7 +39,7 @@ struct CudaStep {
   std::vector<float*> in;                       // f32 arguments (arena; null for step inputs and q8 ones)
   Q8Value q8_in;                                // the quantized argument of a matmul
   std::vector<float*> out;                      // f32 results (arena)
-  Q8Value q8_out;                               // quantize / rmsnorm_quant result
+  Q8Value q8_out;                               // the q8 result of a quantizing op (ir::makes_q8)
   char* scratch = nullptr;                      // the op's scratch in the arena (rmsnorm_quant, gdn, attention)
   std::vector<cuda::Q8Matrix> w;                // embed, matmul: one; matmul_stack: per member
   cuda::Q8Matrix stacked{};                     // matmul_stack: all members

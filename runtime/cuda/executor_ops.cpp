@@ -66,8 +66,8 @@ int64_t producer_planes(const KernelBinder& kb, int value, int64_t n) {
 void check_planes(const KernelBinder& kb, const CudaStep& s, const cuda::MatmulKernels& mm) {
   std::set<int64_t> cuts;
   for (const auto& r : s.ranges) cuts.insert({r.first, r.last});
-  for (const CudaStep& p : kb.steps)
-    if (p.b && !p.b->results.empty() && p.b->results[0] == s.b->args[0])
+  for (const CudaStep& p : kb.steps)  // its producer (the q8 value is add_rmsnorm_quant's second result)
+    if (p.b && std::find(p.b->results.begin(), p.b->results.end(), s.b->args[0]) != p.b->results.end())
       for (const auto& r : p.ranges) cuts.insert({r.first, r.last});
   for (int64_t n : cuts) {
     if (n < mm.min_rows() || n > mm.max_rows()) continue;
@@ -187,6 +187,8 @@ void kernels_matmul_stack(KernelBinder& kb, CudaStep& s) {
 }
 void kernels_add(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "add_f32"); }
 void kernels_swiglu(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "swiglu_f32"); }
+void kernels_add_rmsnorm_quant(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "add_rmsnorm_q8"); }
+void kernels_swiglu_quant(KernelBinder& kb, CudaStep& s) { bind_single(kb, s, "swiglu_q8"); }
 void kernels_conv(KernelBinder& kb, CudaStep& s) {
   bind_single(kb, s, "conv1d_silu_f32");
   const BoundState& st = kb.graph.states.at((size_t)s.b->state);
@@ -253,11 +255,13 @@ constexpr std::array<KernelsFn, ir::kOpKindCount> kKernels = [] {
   t[(size_t)OpKind::embed] = kernels_embed;
   t[(size_t)OpKind::rmsnorm] = kernels_rmsnorm;
   t[(size_t)OpKind::rmsnorm_quant] = kernels_rmsnorm;
+  t[(size_t)OpKind::add_rmsnorm_quant] = kernels_add_rmsnorm_quant;
   t[(size_t)OpKind::quantize] = kernels_quantize;
   t[(size_t)OpKind::matmul] = kernels_matmul;
   t[(size_t)OpKind::matmul_stack] = kernels_matmul_stack;
   t[(size_t)OpKind::add] = kernels_add;
   t[(size_t)OpKind::swiglu] = kernels_swiglu;
+  t[(size_t)OpKind::swiglu_quant] = kernels_swiglu_quant;
   t[(size_t)OpKind::conv1d_silu] = kernels_conv;
   t[(size_t)OpKind::gdn] = kernels_gdn;
   t[(size_t)OpKind::gated_rmsnorm] = kernels_gated_rmsnorm;
@@ -339,6 +343,11 @@ void res_norm(Impl& m, CudaStep& s) {
       scratch_bytes(s) < m.layout.max_t * s.g->width(s.b->results[0]) * 4)
     throw RuntimeError(fmt::format("{}: no scratch for the normalised rows (recompile the plan)", s.b->op->describe()));
 }
+// add_rmsnorm_quant: the norm's weight and eps (its kernel writes no normalised f32 rows: no scratch).
+void res_add_norm(Impl& m, CudaStep& s) {
+  s.vec = f32_weight(m, s.b->op->s("weight"), *s.b->op);
+  s.eps = (float)s.b->op->f("eps");
+}
 void res_matmul(Impl& m, CudaStep& s) {
   s.w = {q8_weight(m, s.b->op->s("weight"), *s.b->op)};
   require_shape(s.w[0], s.g->width(s.b->results[0]), s.g->width(s.b->args[0]), *s.b->op, s.b->op->s("weight"));
@@ -398,11 +407,13 @@ constexpr std::array<ResFn, ir::kOpKindCount> kResources = [] {
   t[(size_t)OpKind::embed] = res_embed;
   t[(size_t)OpKind::rmsnorm] = res_norm;
   t[(size_t)OpKind::rmsnorm_quant] = res_norm;
+  t[(size_t)OpKind::add_rmsnorm_quant] = res_add_norm;
   t[(size_t)OpKind::quantize] = res_none;
   t[(size_t)OpKind::matmul] = res_matmul;
   t[(size_t)OpKind::matmul_stack] = res_matmul_stack;
   t[(size_t)OpKind::add] = res_none;
   t[(size_t)OpKind::swiglu] = res_none;
+  t[(size_t)OpKind::swiglu_quant] = res_none;
   t[(size_t)OpKind::conv1d_silu] = res_conv;
   t[(size_t)OpKind::gdn] = res_gdn;
   t[(size_t)OpKind::gated_rmsnorm] = res_head_norm;
@@ -442,6 +453,11 @@ void run_quantize(const StepCx& c, const CudaStep& s) {
   cuda::launch_quant_act_q8(s.kernel_for(n), f32_in(c, s, 0), s.q8_out.q, s.q8_out.d, s.q8_out.q2,
                             n * s.g->width(s.b->results[0]), c.stream);
 }
+void run_add_rmsnorm_quant(const StepCx& c, const CudaStep& s) {
+  const int64_t n = s.b->rows ? c.R : c.T;
+  cuda::launch_add_rmsnorm_q8(s.kernel_for(n), f32_in(c, s, 0), f32_in(c, s, 1), s.out[0], s.vec, n,
+                              s.g->width(s.b->results[0]), s.eps, s.q8_out.q, s.q8_out.d, s.q8_out.q2, c.stream);
+}
 void run_matmul(const StepCx& c, const CudaStep& s) {
   const int64_t n = s.b->rows ? c.R : c.T;
   const Q8Value& x = q8_in(c, s);
@@ -474,6 +490,11 @@ void run_swiglu(const StepCx& c, const CudaStep& s) {
   const int64_t n = s.b->rows ? c.R : c.T;
   cuda::launch_swiglu_f32(s.kernel_for(n), f32_in(c, s, 0), f32_in(c, s, 1), s.out[0],
                           n * s.g->width(s.b->results[0]), c.stream);
+}
+void run_swiglu_quant(const StepCx& c, const CudaStep& s) {
+  const int64_t n = s.b->rows ? c.R : c.T;
+  cuda::launch_swiglu_q8(s.kernel_for(n), f32_in(c, s, 0), f32_in(c, s, 1), n * s.g->width(s.b->results[0]),
+                         s.q8_out.q, s.q8_out.d, s.q8_out.q2, c.stream);
 }
 void run_gated_rmsnorm(const StepCx& c, const CudaStep& s) {
   cuda::launch_gated_rmsnorm_f32(s.kernel_for(c.T), f32_in(c, s, 0), f32_in(c, s, 1), s.vec, c.T, s.b->op->i("heads"),
@@ -601,11 +622,13 @@ constexpr std::array<RunFn, ir::kOpKindCount> kRun = [] {
   t[(size_t)OpKind::embed] = run_embed;
   t[(size_t)OpKind::rmsnorm] = run_rmsnorm;
   t[(size_t)OpKind::rmsnorm_quant] = run_rmsnorm_quant;
+  t[(size_t)OpKind::add_rmsnorm_quant] = run_add_rmsnorm_quant;
   t[(size_t)OpKind::quantize] = run_quantize;
   t[(size_t)OpKind::matmul] = run_matmul;
   t[(size_t)OpKind::matmul_stack] = run_matmul_stack;
   t[(size_t)OpKind::add] = run_add;
   t[(size_t)OpKind::swiglu] = run_swiglu;
+  t[(size_t)OpKind::swiglu_quant] = run_swiglu_quant;
   t[(size_t)OpKind::conv1d_silu] = run_per_sequence;
   t[(size_t)OpKind::gdn] = run_per_sequence;
   t[(size_t)OpKind::gated_rmsnorm] = run_gated_rmsnorm;

@@ -119,7 +119,8 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
           if (pass == 0) L.vocab_rows = (int64_t)need(f, op.s("weight"), op).ne[1];
           break;
         case ir::OpKind::rmsnorm:
-        case ir::OpKind::rmsnorm_quant: f32(op, op.s("weight"), width); break;
+        case ir::OpKind::rmsnorm_quant:
+        case ir::OpKind::add_rmsnorm_quant: f32(op, op.s("weight"), width); break;  // the sum's width
         case ir::OpKind::matmul: q8(op, op.s("weight")); break;
         case ir::OpKind::matmul_stack: {
           // One type for all members: Q8_0 (q8_stack) or a block type the dp4a family decodes (wq_stack).
@@ -180,6 +181,7 @@ DeviceLayout device_layout(const ir::Plan& plan, const runtime::BoundGraph& g, c
         case ir::OpKind::quantize:
         case ir::OpKind::add:
         case ir::OpKind::swiglu:
+        case ir::OpKind::swiglu_quant:
         case ir::OpKind::kv_write:
         case ir::OpKind::attention:
         case ir::OpKind::gather_rows:

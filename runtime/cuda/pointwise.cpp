@@ -44,6 +44,41 @@ void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up
   k.kernel.launch(Dim3(stride_grid(n4, k)), Dim3((unsigned)k.variant.threads()), 0, s, gate, up, out, n4);
 }
 
+void launch_add_rmsnorm_q8(const LoadedKernel& k, const float* a, const float* b, float* sum, const float* w,
+                           int64_t rows, int64_t width, float eps, int8_t* xq, float* xd, int8_t* xq2, StreamHandle s) {
+  require_kernel(k, "add_rmsnorm_q8");
+  if (width != k.variant.param("d"))
+    throw KernelError(fmt::format("{}: rows of {} values", k.variant.name, width));
+  const int64_t planes = k.variant.param("p");
+  require_aligned(a, 16, k, "a");
+  require_aligned(b, 16, k, "b");
+  require_aligned(sum, 16, k, "sum");
+  require_aligned(w, 16, k, "w");
+  require_aligned(xq, 4, k, "xq");
+  require_aligned(xd, 4, k, "xd");
+  if (planes == 2) require_aligned(xq2, 4, k, "xq2");
+  require_positive(rows, INT_MAX, k, "rows");
+  signed char* q2 = planes == 2 ? reinterpret_cast<signed char*>(xq2) : nullptr;
+  k.kernel.launch(Dim3(grid_for(rows, 1, k)), Dim3((unsigned)k.variant.threads()), 0, s, a, b, sum, w, eps,
+                  reinterpret_cast<signed char*>(xq), xd, q2);
+}
+
+void launch_swiglu_q8(const LoadedKernel& k, const float* gate, const float* up, int64_t n, int8_t* xq, float* xd,
+                      int8_t* xq2, StreamHandle s) {
+  require_kernel(k, "swiglu_q8");
+  const int64_t planes = k.variant.param("p");
+  require_aligned(gate, 16, k, "gate");
+  require_aligned(up, 16, k, "up");
+  require_aligned(xq, 4, k, "xq");
+  require_aligned(xd, 4, k, "xd");
+  if (planes == 2) require_aligned(xq2, 4, k, "xq2");
+  if (n <= 0 || n % 32) throw KernelError(fmt::format("{}: n = {} is not a positive multiple of 32", k.variant.name, n));
+  const long long n4 = n / 4;
+  signed char* q2 = planes == 2 ? reinterpret_cast<signed char*>(xq2) : nullptr;
+  k.kernel.launch(Dim3(stride_grid(n4, k)), Dim3((unsigned)k.variant.threads()), 0, s, gate, up,
+                  reinterpret_cast<signed char*>(xq), xd, q2, n4);
+}
+
 void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,
                             float* state, float* out, StreamHandle s, float* kept, int64_t keep, int64_t kept_stride) {
   require_kernel(k, "conv1d_silu_f32");

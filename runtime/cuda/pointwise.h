@@ -1,4 +1,5 @@
-// The small kernels of the default family between the matmuls: residual add, SwiGLU, the GDN input conv,
+// The small kernels of the default family between the matmuls: residual add (alone, or fused with the next
+// quantized RMSNorm), SwiGLU (alone, or fused with its quantization), the GDN input conv,
 // per-head RMSNorms (q/k norms, the GDN gated output norm), partial NeoX RoPE, the fp16 KV-cache append and
 // greedy argmax. Typed, checked launchers (device pointers only; the variants come from the plan, chosen by
 // kernels/pointwise.h); each template's header names its CPU reference op.
@@ -15,6 +16,17 @@ void launch_add_f32(const LoadedKernel& k, const float* a, const float* b, float
 // out = silu(gate) * up over n values (n % 4 == 0, 16-byte aligned; out may equal gate or up).
 void launch_swiglu_f32(const LoadedKernel& k, const float* gate, const float* up, float* out, int64_t n,
                        StreamHandle s);
+// The residual add fused with the next quantized RMSNorm (add_rmsnorm_q8): sum = a + b over `rows` rows of width
+// (= variant.d) floats, and the rows of the sum normalised by w (eps) and quantized for the matmuls into xq/xd (and
+// xq2 for p = 2; ignored, and may be null, for p = 1), bit-identical to launch_add_f32 then launch_rmsnorm_quant_f32
+// of the sum (whose normalised f32 rows this kernel does not write). sum may equal a or b; 16-byte aligned rows.
+void launch_add_rmsnorm_q8(const LoadedKernel& k, const float* a, const float* b, float* sum, const float* w,
+                           int64_t rows, int64_t width, float eps, int8_t* xq, float* xd, int8_t* xq2, StreamHandle s);
+// SwiGLU fused with the activation quantization (swiglu_q8): silu(gate) * up over n values (n % 32 == 0, 16-byte
+// aligned) quantized into xq[n] / xd[n/32] (and xq2[n] for p = 2; ignored, and may be null, for p = 1),
+// bit-identical to launch_swiglu_f32 then launch_quant_act_q8 (the f32 product is not written).
+void launch_swiglu_q8(const LoadedKernel& k, const float* gate, const float* up, int64_t n, int8_t* xq, float* xd,
+                      int8_t* xq2, StreamHandle s);
 // cpu::conv1d_causal_silu: x/out [T][C], w [C][K], state [K-1][C] (variant.k == K). A verify step of speculative
 // decoding also keeps the window after each of its first `keep` tokens (keep < T) at kept + t * kept_stride floats.
 void launch_conv1d_silu_f32(const LoadedKernel& k, const float* x, int64_t T, int64_t C, const float* w,

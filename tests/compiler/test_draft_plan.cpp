@@ -165,12 +165,16 @@ TEST_CASE("a CUDA plan with --draft N gets the MTP head's kernels, quantized inp
       CHECK(p.precise_rows == std::max<int64_t>(compiler::kDefaultPreciseRows, p.max_sequences * (k + 1)));
       const ir::Graph& g = p.draft;
       const ir::DeviceMemory& dev = p.memory.devices.at(0);
-      int quantized = 0, fused = 0, stacks = 0;
+      int quantized = 0, fused = 0, norms = 0, stacks = 0, add_norms = 0, swiglus = 0;
       for (const auto& op : g.ops) {
         INFO(op.describe());
         CHECK(op.s("device") == "cuda:0");
         quantized += op.kind == ir::OpKind::quantize;
-        fused += op.kind == ir::OpKind::rmsnorm_quant;
+        add_norms += op.kind == ir::OpKind::add_rmsnorm_quant;
+        swiglus += op.kind == ir::OpKind::swiglu_quant;
+        norms += op.kind == ir::OpKind::rmsnorm_quant || op.kind == ir::OpKind::add_rmsnorm_quant;
+        fused += op.kind == ir::OpKind::rmsnorm_quant || op.kind == ir::OpKind::add_rmsnorm_quant ||
+                 op.kind == ir::OpKind::swiglu_quant;
         stacks += op.kind == ir::OpKind::matmul_stack;
         if (op.kind == ir::OpKind::matmul) CHECK(g.type_of(op.args[0])->dtype == ir::DType::q8);
         CHECK(op.has("kernel") == (op.kind != ir::OpKind::gather_rows));
@@ -187,8 +191,10 @@ TEST_CASE("a CUDA plan with --draft N gets the MTP head's kernels, quantized inp
           CHECK(op.ints("scratch")[0] + op.ints("scratch")[1] <= dev.arena);
         }
       }
-      CHECK(quantized + fused >= 4);  // eh_proj's input, the attention and FFN inputs, the lm_head's
-      CHECK(fused >= 2);              // the layer's two norms feed only matmuls
+      CHECK(quantized + fused >= 5);  // eh_proj's input, the attention and FFN inputs, ffn_down's, the lm_head's
+      CHECK(norms >= 2);              // the layer's two norms feed only matmuls
+      CHECK(add_norms == 1);          // the head's FFN norm with the residual add before it
+      CHECK(swiglus == 1);            // its FFN activation with the quantize for ffn_down
       CHECK(stacks == 2);             // q|k|v and gate|up
       CHECK(producer(g, "logits").kind == ir::OpKind::matmul);
       CHECK(producer(g, "logits").s("weight") == "output.weight");

@@ -7,7 +7,8 @@
 // The goldens predate the cache formats in the attention variants' names (issue 23): the plans are compiled with
 // fp16 caches (--kv k16v16) and their "_k16_v16" is dropped before comparing; they also predate the batching
 // parameter of the per-sequence kernels (issue 25: "_b0" for one sequence per launch), dropped as well, and the
-// decode_kernel attribute (the batched decode variants), which the old executor did not have.
+// decode_kernel attribute (the batched decode variants), which the old executor did not have, and the fusions into
+// the quantization (add_rmsnorm_quant, swiglu_quant: issue 25), each compared as the two ops it replaces.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -19,6 +20,8 @@
 #include <fmt/format.h>
 
 #include "ir/kernel_attr.h"
+#include "kernels/matmul.h"
+#include "kernels/pointwise.h"
 #include "tests/plan_presets.h"
 
 using namespace qrig;
@@ -91,6 +94,41 @@ std::map<std::string, int> lines_of(const ir::Plan& p, std::set<std::string>& na
     REQUIRE(op.has("kernel"));
     const std::string k =
         std::regex_replace(std::regex_replace(op.s("kernel"), std::regex("_k16_v16"), ""), std::regex("_b0_t"), "_t");
+    // The fusions into the quantization (after the goldens) count as the two ops each replaces, with the variants
+    // those take at the fused kernel's planes per range: an add (add_f32 on every row) and the rmsnorm_quant of its
+    // sum (rmsnorm_f32 q<p>); a swiglu (swiglu_f32) and the quantize of its output (quant_act_q8 p<p>).
+    if (op.kind == ir::OpKind::add_rmsnorm_quant || op.kind == ir::OpKind::swiglu_quant) {
+      const auto ranges = ir::parse_launch_ranges(k);
+      REQUIRE(!ranges.empty());
+      std::string quantized;  // the line of the op quantizing (rmsnorm_quant, quantize)
+      for (const auto& r : ranges) {
+        REQUIRE(r.parts.size() == 1);
+        REQUIRE(r.parts[0].size() == 1);
+        const kernels::Variant v = kernels::parse_variant(r.parts[0][0]);
+        const kernels::Variant unfused = op.kind == ir::OpKind::swiglu_quant
+                                             ? kernels::quant_act_q8_variant(v.param("p"))
+                                             : kernels::rmsnorm_f32_variant(v.param("d"), v.param("p"));
+        named.insert(unfused.name);
+        quantized += fmt::format(" {}-{}:{}", r.first, r.last, unfused.name);
+      }
+      const kernels::Variant first = op.kind == ir::OpKind::swiglu_quant ? kernels::swiglu_f32_variant()
+                                                                          : kernels::add_f32_variant();
+      named.insert(first.name);
+      if (op.kind == ir::OpKind::add_rmsnorm_quant) {
+        const std::string& id = op.results.at(1);
+        REQUIRE(id.size() > 2);
+        add_line(out, op.results.at(0) + fmt::format(" 1-{}:{}", ranges.back().last, first.name));  // the sum
+        add_line(out, id.substr(0, id.size() - 2) + quantized);  // the norm's result, before quantization
+      } else {
+        const std::string& id = op.result();  // the swiglu's result + ".q"
+        REQUIRE(id.size() > 2);
+        add_line(out, id.substr(0, id.size() - 2) + fmt::format(" 1-{}:{}", ranges.back().last, first.name));
+        const ir::Op* m = first_reader(op.result());
+        REQUIRE(m);
+        add_line(out, m->results.at(0) + ".quant" + quantized);
+      }
+      continue;
+    }
     add_names(named, k);
     switch (op.kind) {
       case ir::OpKind::rmsnorm_quant: {

@@ -142,6 +142,47 @@ TEST_CASE("IR verify rejects malformed graphs", "[ir]") {
   CHECK_THROWS_WITH(sample_graph().ops[3].result(), Catch::Contains("2 results, not one"));
 }
 
+TEST_CASE("IR: the fused quantizing ops' results (add_rmsnorm_quant: the sum f32, then q8) verify and round-trip",
+          "[ir]") {
+  auto fused = [] {
+    Graph g;
+    g.name = "fused";
+    g.inputs = {{"tokens", {DType::i32, {kTokens}}}, {"pos", {DType::i32, {kTokens}}}, {"rows", {DType::i32, {kRows}}}};
+    const Type f{DType::f32, {kTokens, 256}}, q{DType::q8, {kTokens, 256}};
+    g.ops = {make(OpKind::embed, {"x0"}, {f}, {"tokens"}, {{"weight", std::string("token_embd.weight")}}),
+             make(OpKind::embed, {"y0"}, {f}, {"tokens"}, {{"weight", std::string("token_embd.weight")}}),
+             make(OpKind::add_rmsnorm_quant, {"x1", "x1.n.q"}, {f, q}, {"x0", "y0"},
+                  {{"weight", std::string("w")}, {"eps", 1e-6}, {"precise_rows", int64_t{4}}, {"tap", std::string("h1")}}),
+             make(OpKind::matmul_stack, {"g", "u"}, {f, f}, {"x1.n.q"}, {{"weights", std::vector<std::string>{"wg", "wu"}}}),
+             make(OpKind::swiglu_quant, {"act.q"}, {q}, {"g", "u"}, {{"precise_rows", int64_t{4}}}),
+             make(OpKind::matmul, {"down"}, {f}, {"act.q"}, {{"weight", std::string("wd")}}),
+             make(OpKind::add, {"x2"}, {f}, {"x1", "down"}, {})};  // the sum is an f32 value any op reads
+    g.outputs = {"x2"};
+    return g;
+  };
+  Graph g = fused();
+  CHECK_NOTHROW(verify(g));
+  const std::string text = print(g);
+  CHECK(text.find("%x1, %x1.n.q = add_rmsnorm_quant(%x0, %y0)") != std::string::npos);
+  CHECK(print(parse(text)) == text);
+  CHECK(makes_q8(OpKind::add_rmsnorm_quant, 1));
+  CHECK_FALSE(makes_q8(OpKind::add_rmsnorm_quant, 0));
+  CHECK(makes_q8(OpKind::swiglu_quant, 0));
+  g = fused();
+  std::swap(g.ops[2].types[0], g.ops[2].types[1]);  // the sum first, its quantized norm second
+  CHECK_THROWS_WITH(verify(g), Catch::Contains("%x1 is q8"));
+  g = fused();
+  g.ops[2].results.pop_back();
+  g.ops[2].types.pop_back();
+  CHECK_THROWS_WITH(verify(g), Catch::Contains("has the wrong results"));
+  g = fused();
+  g.ops[6].args[1] = "act.q";  // only matmuls read the quantized activation
+  CHECK_THROWS_WITH(verify(g), Catch::Contains("only matmuls read q8 values"));
+  g = fused();
+  g.ops[4].types[0].dtype = DType::f32;
+  CHECK_THROWS_WITH(verify(g), Catch::Contains("this op makes q8 values"));
+}
+
 TEST_CASE("the op table has one row per op kind, in order, with unique names", "[ir]") {
   const auto& t = op_schemas();
   REQUIRE(t.size() == kOpKindCount);
