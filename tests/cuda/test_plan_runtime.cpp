@@ -72,6 +72,26 @@ TEST_CASE("the variants a plan names are exactly the precompiled ones and the on
       break;
     }
   CHECK_THROWS_WITH(runtime::kernels_loaded_by(p), Catch::Contains("activation plane"));
+  // The same for the quantized norm of a fused add (its second result) and for a fused swiglu; and a fused op
+  // naming the unfused template is refused.
+  for (const auto kind : {ir::OpKind::add_rmsnorm_quant, ir::OpKind::swiglu_quant}) {
+    p = plan_of(kCases[0], 0);
+    bool found = false;
+    for (auto& op : p.graph.ops)
+      if (op.kind == kind && !found) {
+        found = true;
+        const std::string one = kind == ir::OpKind::swiglu_quant ? "swiglu_q8_p1_t256" : "add_rmsnorm_q8_d256_p1_t64";
+        op.set("kernel", "1-64:" + one);
+      }
+    REQUIRE(found);
+    CHECK_THROWS_WITH(runtime::kernels_loaded_by(p), Catch::Contains("plane"));  // a stacked GEMV's "other planes"
+    p = plan_of(kCases[0], 0);
+    for (auto& op : p.graph.ops)
+      if (op.kind == kind) op.set("kernel", std::string(kind == ir::OpKind::swiglu_quant ? "1-64:swiglu_f32_t256"
+                                                                                         : "1-64:add_f32_t256"));
+    CHECK_THROWS_WITH(runtime::kernels_loaded_by(p), Catch::Contains(kind == ir::OpKind::swiglu_quant ? "swiglu_q8"
+                                                                                                       : "add_rmsnorm_q8"));
+  }
 }
 
 TEST_CASE("the executor's allocations equal the plan's memory table, part by part", "[cuda][fixtures]") {

@@ -113,10 +113,16 @@ TEST_CASE("the variants requested by the preset rigs' plans", "[cuda][fixtures]"
                           "quant_act_q8_p1_t256", "quant_act_q8_p2_t256", "gemv_q8_0_dp4a_k4096_p2_r1_u2_t256",
                           "gemv_q8_0_dp4a_k12288_p2_r1_u2_t256"})
       CHECK(has_variant(k9, n));
-    for (const char* n : {"add_f32_t256", "swiglu_f32_t256", "conv1d_silu_f32_k4_b0_t128", "head_rmsnorm_f32_d256_t128",
+    for (const char* n : {"add_f32_t256", "conv1d_silu_f32_k4_b0_t128", "head_rmsnorm_f32_d256_t128",
                           "gated_rmsnorm_f32_d128_t128", "rope_neox_f32_d256_r64_t128", "kv_write_f16_t256",
                           "argmax_f32_t1024"})
       CHECK(has_variant(k9, n));
+    // The residual adds fused with the next quantized norm, the FFN activation with its quantization (issue 25):
+    // every swiglu is fused.
+    for (const char* n : {"add_rmsnorm_q8_d4096_p1_t256", "add_rmsnorm_q8_d4096_p2_t256", "swiglu_q8_p1_t256",
+                          "swiglu_q8_p2_t256"})
+      CHECK(has_variant(k9, n));
+    CHECK(!has_variant(k9, "swiglu_f32_t256"));
     CHECK(!has_variant(k9, "gemv_q8_0_dp4a_k4096_p1_r1_u2_t256"));  // single rows always take two planes
     CHECK(std::is_sorted(k9.begin(), k9.end()));
 
