@@ -79,8 +79,6 @@ inline const std::vector<Bug>& bugs() {
        "kp > pos0 + t + 1) x = QRIG_NEG_INF;"},
       {"attn_decode_dp4a", "running state not rescaled when the row max grows", "if (mu[r] > m[r]) {",
        "if (mu[r] > m[r] && m[r] == QRIG_NEG_INF) {"},
-      {"attn_decode_dp4a", "warps 4..7's sums merged without their max's rescale",
-       "lq[r >> 2] = fmaf(wl[w][r], f2, lq[r >> 2] * f1);", "lq[r >> 2] = wl[w][r] + lq[r >> 2];"},
   };
   return all;
 }
