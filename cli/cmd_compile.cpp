@@ -176,6 +176,12 @@ int cmd_inspect(int argc, char** argv) {
     fmt::print("matmuls   int8 activations: two planes up to {} rows per matmul, one plane above\n", p.precise_rows);
   fmt::print("kv cache  keys {}, values {} ({}), {} bytes per token per sequence\n", p.k_dtype, p.v_dtype,
              kv_spelling(p.k_dtype, p.v_dtype), p.memory.kv_bytes_per_token);
+  for (const auto& op : p.graph.ops)
+    if (op.kind == ir::OpKind::attention && op.has("query_int8_tokens")) {
+      fmt::print("          decode attention: the query in int8 per 32 values (dp4a Q.K over the key codes) in calls "
+                 "of <= {} tokens per sequence\n", op.i("query_int8_tokens"));
+      break;
+    }
   if (!p.memory.kv_fits.empty()) {
     fmt::print("          the longest context per sequence ({} sequences) that fits each format:\n", p.max_sequences);
     fmt::print("          {:<8} {:>13} {:>10}", "kv", "bytes/token", "context");

@@ -1,7 +1,8 @@
 // Gated GQA attention kernels (attention.h): registry entries, variants, the per-plan choice and the split of
 // one call:
 //   decode (T <= 8/G: 1 token at 27B dims, 2 at 9B, 4 for the tiny model): KV heads x splits >= max(2 x SMs,
-//            CTAs resident at once), keys per split a multiple of 32;
+//            CTAs resident at once), keys per split a multiple of 32; attn_decode (fp32 query), or over q8/t4/t3
+//            keys attn_decode_dp4a (the plan's int8 query; 8 warps per CTA, so the same CTA counts fill an SM);
 //   prefill: enough (query block, KV head, split) CTAs for one resident wave, then the split count in
 //            [s, 2s] that wastes least of the last wave; each split keeps >= 8 tiles of 32 keys.
 // Split partials go to the workspace ([n_split][T][Hq][hd] f32 O, then [n_split][T][Hq] (m, l)).
@@ -35,6 +36,12 @@ std::vector<TemplateInfo> attention_templates() {
        {d, {"g", "QRIG_G", 1, 8, 1, "query heads per KV head"},
         {"n", "QRIG_N", 1, 8, 1, "most query tokens (g * n <= 8)"}, kf, vf, batched_param(), threads_param()},
        "gated GQA attention of T <= n tokens, split over the keys (flash-decoding), fp32; grid (splits, KV heads)"},
+      {"attn_decode_dp4a", "attn_decode_dp4a.cu",
+       {d, {"g", "QRIG_G", 1, 8, 1, "query heads per KV head"},
+        {"n", "QRIG_N", 1, 8, 1, "most query tokens (g * n <= 8)"},
+        {"k", "QRIG_KF", 3, 8, 1, "key cache format: 8 q8, 4 t4, 3 t3"}, vf, batched_param(), threads_param()},
+       "attn_decode over q8/t4/t3 keys with the query in int8 per 32 values: Q.K by dp4a over the key codes, P.V fp32; "
+       "8 warps"},
       {"attn_prefill", "attn_prefill.cu",
        {d, {"g", "QRIG_G", 1, 32, 1, "query heads per KV head"},
         {"h", "QRIG_HALF", 0, 1, 1, "P.V products: 0 fp32 FFMA, 1 HFMA2 summed in fp32 per 32-key tile (f16 values)"},
@@ -85,6 +92,22 @@ Variant attn_decode_variant(int64_t g, int64_t n, KvPair kv, int64_t batched) {
   return make_variant("attn_decode", {{"d", kAttentionHeadDim}, {"g", g}, {"n", n}, {"k", kv_format_param(kv.k)},
                                       {"v", kv_format_param(kv.v)}, {"b", batched}, {"t", kAttentionDecodeThreads}});
 }
+bool attention_int8_query(KvPair kv) { return kv.k == KvFormat::q8 || kv_format_rotated(kv.k); }
+
+Variant attn_decode_dp4a_variant(int64_t g, int64_t n, KvPair kv, int64_t batched) {
+  if (!attention_int8_query(kv))
+    throw KernelError(fmt::format("attention: the int8-query decode kernel reads q8, t4 or t3 keys, not {}",
+                                  kv_format_name(kv.k)));
+  if (batched && n != 1) throw KernelError("attention: the batched decode kernel takes one token per sequence");
+  return make_variant("attn_decode_dp4a", {{"d", kAttentionHeadDim}, {"g", g}, {"n", n}, {"k", kv_format_param(kv.k)},
+                                           {"v", kv_format_param(kv.v)}, {"b", batched},
+                                           {"t", kAttentionDecodeDp4aThreads}});
+}
+Variant attn_decode_for(int64_t g, int64_t n, KvPair kv, int64_t batched, bool int8_query) {
+  return int8_query && attention_int8_query(kv) ? attn_decode_dp4a_variant(g, n, kv, batched)
+                                                : attn_decode_variant(g, n, kv, batched);
+}
+
 Variant attn_prefill_variant(int64_t g, int64_t half, KvPair kv) {
   if (half && kv.v != KvFormat::f16) throw KernelError("attention: HFMA2 P.V (h1) reads fp16 values only");
   return make_variant("attn_prefill", {{"d", kAttentionHeadDim}, {"g", g}, {"h", half}, {"k", kv_format_param(kv.k)},
@@ -115,8 +138,9 @@ int64_t attention_prefill_smem(const Variant& v) {
   return kAttentionPrefillSmem;  // q8/t4/t3 values: an fp32 V tile of half the keys in the f16 tile's bytes
 }
 
-Variant with_kv_formats(const Variant& v, KvPair kv) {
-  if (v.kernel == "attn_decode") return attn_decode_variant(v.param("g"), v.param("n"), kv, v.param("b"));
+Variant with_kv_formats(const Variant& v, KvPair kv, bool int8_query) {
+  if (v.kernel == "attn_decode" || v.kernel == "attn_decode_dp4a")
+    return attn_decode_for(v.param("g"), v.param("n"), kv, v.param("b"), int8_query);
   if (v.kernel == "attn_prefill") return attn_prefill_variant(v.param("g"), v.param("h"), kv);
   if (v.kernel == "attn_merge" || v.kernel == "attn_merge_rot") return attn_merge_for(kv.v, v.param("b"));
   if (v.kernel == "kv_write" && v.param("b") == 1) return kv_write_batched_variant(kv);
@@ -185,12 +209,14 @@ int64_t attention_workspace_bytes(const AttentionDims& d, const AttentionCtas& c
 }
 
 AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_t max_tokens, int sms,
-                                 const Tuning& t, KvPair kv) {
+                                 const Tuning& t, KvPair kv, bool int8_query) {
   const int64_t g = attention_group(d);
   if (context <= 0 || context > INT_MAX / 2 || sms <= 0 || max_tokens < 1)
     throw KernelError(fmt::format("attention: context {} on {} SMs, {} tokens", context, sms, max_tokens));
   const int64_t nmax = attention_decode_max_tokens(g);
-  const Variant d1 = attn_decode_variant(g, 1, kv), dn = attn_decode_variant(g, nmax, kv);
+  const Variant d1 = attn_decode_for(g, 1, kv, 0, int8_query), dn = attn_decode_for(g, nmax, kv, 0, int8_query);
+  const bool q8 = d1.kernel == "attn_decode_dp4a";
+  const std::string query = q8 ? ", the query in int8 (dp4a Q.K over the key codes)" : "";
   const Variant pre = attn_prefill_variant(g, kPrefillHalf, kv), merge = attn_merge_for(kv.v);
   auto resident = [&](const Variant& v, bool decode) {
     const std::string key = decode ? fmt::format("decode_g{}_n{}", g, v.param("n"))
@@ -202,13 +228,13 @@ AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_
   c.ctas.decode_n = std::max<int64_t>(2 * sms, sms * resident(dn, true));
   c.ctas.prefill = sms * resident(pre, false);
   c.ranges.push_back({1, 1, {{d1, merge}},
-                      fmt::format("one token: split-KV decode over >= {} CTAs, partials merged by log-sum-exp",
-                                  c.ctas.decode1)});
+                      fmt::format("one token: split-KV decode over >= {} CTAs{}, partials merged by log-sum-exp",
+                                  c.ctas.decode1, query)});
   if (nmax > 1 && max_tokens >= 2)
     c.ranges.push_back({2, std::min(nmax, max_tokens), {{dn, merge}},
                         fmt::format("up to {} tokens ({} query heads per KV head, 8 rows per CTA): split-KV decode "
-                                    "over >= {} CTAs",
-                                    nmax, g, c.ctas.decode_n)});
+                                    "over >= {} CTAs{}",
+                                    nmax, g, c.ctas.decode_n, query)});
   if (max_tokens > nmax)
     c.ranges.push_back({nmax + 1, max_tokens, {{pre, merge}},
                         fmt::format("more tokens: tiled prefill (P.V in fp32: the HFMA2 form was ~14% faster at 32K "
@@ -217,13 +243,14 @@ AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_
   return c;
 }
 
-std::vector<KernelRange> choose_attention_decode(const AttentionDims& d, int64_t max_seqs, KvPair kv) {
+std::vector<KernelRange> choose_attention_decode(const AttentionDims& d, int64_t max_seqs, KvPair kv,
+                                                bool int8_query) {
   const int64_t g = attention_group(d);
   if (max_seqs < 1) throw KernelError(fmt::format("attention: decode steps of {} sequences", max_seqs));
-  std::vector<KernelRange> out = {{1, 1, {{attn_decode_variant(g, 1, kv), attn_merge_for(kv.v)}},
+  std::vector<KernelRange> out = {{1, 1, {{attn_decode_for(g, 1, kv, 0, int8_query), attn_merge_for(kv.v)}},
                                    "one sequence: its one-token split-KV decode and merge"}};
   if (max_seqs >= 2)
-    out.push_back({2, max_seqs, {{attn_decode_variant(g, 1, kv, 1), attn_merge_for(kv.v, 1)}},
+    out.push_back({2, max_seqs, {{attn_decode_for(g, 1, kv, 1, int8_query), attn_merge_for(kv.v, 1)}},
                    "a decode step's sequences in one launch each (grid.z over sequences, each its own position, "
                    "caches and split; CTAs past a sequence's split count leave)"});
   return out;
@@ -238,9 +265,9 @@ std::vector<KernelRange> choose_kv_write_decode(KvPair kv, int64_t max_seqs) {
   return out;
 }
 
-std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms, KvPair kv) {
+std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms, KvPair kv, bool int8_query) {
   std::vector<Variant> out;  // the kernels in range order, then the merge
-  for (const auto& r : choose_attention(d, context, 512, sms, default_tuning(90), kv).ranges)
+  for (const auto& r : choose_attention(d, context, 512, sms, default_tuning(90), kv, int8_query).ranges)
     if (std::find(out.begin(), out.end(), r.parts[0][0]) == out.end()) out.push_back(r.parts[0][0]);
   out.push_back(attn_merge_for(kv.v));
   return out;

@@ -1,6 +1,7 @@
 // Gated GQA attention kernels over the KV cache, keys and values each in f16, q8, t4 or t3 (kernels/kv_format.h;
 // CPU reference cpu::attention_gated_kv): attn_decode (T <= N tokens per sequence, split over the keys, memory
-// bound), attn_prefill (blocks of query tokens, FFMA for Q.K, FFMA or HFMA2 for P.V, compute bound), attn_merge
+// bound; over q8/t4/t3 keys attn_decode_dp4a, whose int8 query is a plan decision: the attention op's
+// query_int8_tokens, and the CPU reference's int8_query), attn_prefill (blocks of query tokens, FFMA for Q.K, FFMA or HFMA2 for P.V, compute bound), attn_merge
 // (log-sum-exp of the split partials + the output gate) and attn_merge_rot (the same for t4/t3 values, rotating
 // the output back). Variants name both cache formats by their bits (k8_v3). Head dim 256 only. The choice (decode or prefill per tokens-per-sequence range, and how many CTAs a
 // launch aims at, from the SMs and the kernels' residency in the tuning data) is made once per plan; the split
@@ -29,6 +30,7 @@ constexpr int64_t kAttentionMinTilesPerSplit = 8;
 constexpr int64_t kAttentionDecodeRows = 8;     // most rows (G * N) of a decode CTA
 constexpr int64_t kAttentionDecodeKeyStep = 32; // 4 warps x 8 keys
 constexpr int64_t kAttentionDecodeThreads = 128, kAttentionPrefillThreads = 128, kAttentionMergeThreads = 256;
+constexpr int64_t kAttentionDecodeDp4aThreads = 256;  // attn_decode_dp4a: 8 warps (one CTA of it per two of attn_decode)
 constexpr int64_t kAttentionPrefillSmem = 65536;  // dynamic shared memory of attn_prefill (every cache format)
 constexpr int64_t kAttentionMergeRotThreads = 128; // attn_merge_rot: one warp per (token, head)
 // The dynamic shared memory of an attn_prefill variant (the same for every format; checks the variant's formats).
@@ -43,6 +45,12 @@ int64_t attention_decode_max_tokens(int64_t group);
 
 // batched 1 (tokens 1): one launch over a decode step's sequences, each with its own position, caches and split.
 Variant attn_decode_variant(int64_t group, int64_t tokens, KvPair kv = {}, int64_t batched = 0);
+// The int8-query decode (attn_decode_dp4a; kv.k must be q8, t4 or t3, else KernelError).
+Variant attn_decode_dp4a_variant(int64_t group, int64_t tokens, KvPair kv, int64_t batched = 0);
+// Whether decode over these keys can take the int8 query (q8, t4 or t3 keys).
+bool attention_int8_query(KvPair kv);
+// The decode kernel: attn_decode_dp4a where int8_query and the keys are quantized, else attn_decode.
+Variant attn_decode_for(int64_t group, int64_t tokens, KvPair kv, int64_t batched, bool int8_query);
 Variant attn_prefill_variant(int64_t group, int64_t half, KvPair kv = {});
 Variant attn_merge_variant(int64_t batched = 0);
 Variant attn_merge_rot_variant(int64_t batched = 0);
@@ -53,10 +61,10 @@ Variant kv_write_variant(KvPair kv);
 // The KV write of a decode step's sequences in one launch: kv_write_k<bits>_v<bits>_b1 (k16v16 too: its f16 path
 // rounds as kv_write_f16 does).
 Variant kv_write_batched_variant(KvPair kv);
-// The same kernel for other cache formats: an attn_decode / attn_prefill / merge / kv_write variant with its
-// formats replaced, batched or not as it was (the KV-format pass settles the formats after the kernel pass named
-// them); any other variant unchanged.
-Variant with_kv_formats(const Variant& v, KvPair kv);
+// The same kernel for other cache formats: an attn_decode(_dp4a) / attn_prefill / merge / kv_write variant with
+// its formats replaced, batched or not as it was (the KV-format pass settles the formats after the kernel pass
+// named them); a decode kernel becomes attn_decode_for(..., int8_query); any other variant unchanged.
+Variant with_kv_formats(const Variant& v, KvPair kv, bool int8_query = true);
 
 // How many CTAs the launches of one attention op aim at: decode with 1 token, decode with up to N tokens,
 // prefill (the CTAs resident at once).
@@ -89,18 +97,21 @@ struct AttentionChoice {
   AttentionCtas ctas;
 };
 // Decode (1 token, then up to N) and prefill, P.V in fp32 (the HFMA2 form measured ~14% faster at 32K on the
-// H200 for ~1000x the error), CTA targets from `sms` and the tuning's residency.
+// H200 for ~1000x the error), CTA targets from `sms` and the tuning's residency. int8_query: decode over q8/t4/t3
+// keys runs attn_decode_dp4a (the dp4a family's default; false: attn_decode, the fp32 query).
 AttentionChoice choose_attention(const AttentionDims& d, int64_t context, int64_t max_tokens, int sms,
-                                 const Tuning& t, KvPair kv = {});
+                                 const Tuning& t, KvPair kv = {}, bool int8_query = true);
 
 // Decode steps of 1..max_seqs sequences of one token each (the op's decode_kernel attribute): one sequence runs
 // its one-token kernels (choose_attention's first range), 2..max_seqs the batched decode + merge in one launch each.
-std::vector<KernelRange> choose_attention_decode(const AttentionDims& d, int64_t max_seqs, KvPair kv = {});
+std::vector<KernelRange> choose_attention_decode(const AttentionDims& d, int64_t max_seqs, KvPair kv = {},
+                                                bool int8_query = true);
 // The same for the KV write: kv_write_variant, then kv_write_batched_variant from 2 sequences.
 std::vector<KernelRange> choose_kv_write_decode(KvPair kv, int64_t max_seqs);
 
 // Every variant choose_attention names for these dims (decode with 1 and N tokens, prefill, merge), for tools and
 // tests.
-std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms, KvPair kv = {});
+std::vector<Variant> attention_variants(const AttentionDims& d, int64_t context, int sms, KvPair kv = {},
+                                       bool int8_query = true);
 
 }  // namespace qrig::kernels

@@ -89,6 +89,19 @@ const std::vector<float>& kv_codebook(KvFormat f) {
   return f == KvFormat::t3 ? c8 : f == KvFormat::t4 ? c16 : none;
 }
 
+const std::vector<int8_t>& kv_key_levels_i8(KvFormat f) {
+  // Found by scanning the scale over [0.5, 1] x 127 / (largest level), rounding each level, and taking the
+  // least-squares scale of those integers under the levels' cell probabilities (the smallest weighted error).
+  static const std::vector<int8_t> t3 = {-88, -55, -31, -10, 10, 31, 55, 88};
+  static const std::vector<int8_t> t4 = {-104, -79, -62, -48, -36, -25, -15, -5, 5, 15, 25, 36, 48, 62, 79, 104};
+  static const std::vector<int8_t> none;
+  return f == KvFormat::t3 ? t3 : f == KvFormat::t4 ? t4 : none;
+}
+
+float kv_key_level_scale(KvFormat f) {
+  return f == KvFormat::t3 ? 0.024434783802002077f : f == KvFormat::t4 ? 0.026168606450098948f : 0.0f;
+}
+
 double kv_codebook_mse(KvFormat f) { return f == KvFormat::t3 ? 0.03455 : f == KvFormat::t4 ? 0.009497 : 0.0; }
 
 uint64_t kv_rotation_signs(int64_t layer, int64_t head, int word) {

@@ -54,6 +54,14 @@ const std::vector<float>& kv_codebook(KvFormat f);
 // The optimum's mean squared error for N(0, 1) at that many levels (Max 1960: 0.03455 for 8, 0.009497 for 16).
 double kv_codebook_mse(KvFormat f);
 
+// The int8 levels of t4 and t3 keys for attention with an int8 query (dp4a over the key codes: the plan's
+// query_int8_tokens, docs/kv-cache.md): level c is approximated by kv_key_levels_i8(f)[c] * kv_key_level_scale(f),
+// the integers and the scale that minimise the squared error weighted by the levels' probabilities under N(0, 1)
+// (1.1e-6 for t3 and 1.0e-5 for t4 per unit coordinate, against the codes' own 0.035 and 0.0095). The GPU's copy
+// is templates/qrig_kv.cuh's QRIG_KV_KEY_I8_T3/T4. Empty (and 0) for other formats.
+const std::vector<int8_t>& kv_key_levels_i8(KvFormat f);
+float kv_key_level_scale(KvFormat f);
+
 // The rotation of vector `head` (the kv head) of layer `layer`: R x = H (s * x) / 16, H the 256 x 256 Sylvester
 // Hadamard matrix (H[i][j] = (-1)^popcount(i & j)), s[i] = -1 where bit i % 64 of kv_rotation_signs(layer,
 // head, i / 64) is set. R is orthogonal and its own transpose's inverse: R^T y = s * (H y) / 16.

@@ -143,3 +143,51 @@ __device__ __forceinline__ void qrig_kv_values8(const QrigKv8& r, const float* c
     for (int e = 0; e < 8; ++e) f[e] = r.scale * cb[(r.w.x >> (bits * e)) & mask];
   }
 }
+
+// ---- int8 keys for dp4a (attn_decode_dp4a: the plan's int8 query) ------------------------------------------------
+// The int8 levels of t3 and t4 keys and the float that scales them back to the codebook's
+// (kernels::kv_key_levels_i8 / kv_key_level_scale: tests/cuda/test_kv_compile.cpp checks these against them).
+#define QRIG_KV_KEY_I8_T3 -88, -55, -31, -10, 10, 31, 55, 88
+#define QRIG_KV_KEY_I8_T4 -104, -79, -62, -48, -36, -25, -15, -5, 5, 15, 25, 36, 48, 62, 79, 104
+#define QRIG_KV_KEY_SCALE_T3 0.024434783802002077f
+#define QRIG_KV_KEY_SCALE_T4 0.026168606450098948f
+
+// PRMT in its default mode (the __byte_perm intrinsic masks its selector first: one more instruction): byte n of
+// the result is byte sel[4n+2 : 4n] of {b, a}, or that byte's sign replicated where sel bit 4n+3 is set.
+__device__ __forceinline__ unsigned qrig_prmt(unsigned a, unsigned b, unsigned sel) {
+  unsigned r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+__host__ __device__ constexpr unsigned qrig_pack_s8(int a, int b, int c, int d) {
+  return (unsigned)(a & 255) | (unsigned)(b & 255) << 8 | (unsigned)(c & 255) << 16 | (unsigned)(d & 255) << 24;
+}
+
+// Eight t4 codes (nibble k of x = value k) as two words of their int8 levels (byte k = value k, then 4 + k): two
+// 8-entry lookups by the low 3 bits of each code, then a byte select by its bit 3 (11 instructions).
+__device__ __forceinline__ uint2 qrig_t4_codes_to_s8(unsigned x) {
+  constexpr int L[16] = {QRIG_KV_KEY_I8_T4};
+  constexpr unsigned T0 = qrig_pack_s8(L[0], L[1], L[2], L[3]), T1 = qrig_pack_s8(L[4], L[5], L[6], L[7]);
+  constexpr unsigned T2 = qrig_pack_s8(L[8], L[9], L[10], L[11]), T3 = qrig_pack_s8(L[12], L[13], L[14], L[15]);
+  const unsigned x7 = x & 0x77777777u, xh = x7 >> 16;
+  const unsigned m = ((x >> 1) & 0x44444444u) | 0x32103210u;  // nibble n: n, or 4 + n where code n has bit 3
+  uint2 r;
+  r.x = qrig_prmt(qrig_prmt(T0, T1, x7), qrig_prmt(T2, T3, x7), m);
+  r.y = qrig_prmt(qrig_prmt(T0, T1, xh), qrig_prmt(T2, T3, xh), m >> 16);
+  return r;
+}
+
+// Eight t3 codes (code k at bits 3k..3k+2 of x; bits 24..31 ignored) as two words of their int8 levels: the codes
+// spread into nibbles (three shift-and-merge steps), then one 8-entry lookup per four (10 instructions).
+__device__ __forceinline__ uint2 qrig_t3_codes_to_s8(unsigned x) {
+  constexpr int L[8] = {QRIG_KV_KEY_I8_T3};
+  constexpr unsigned T0 = qrig_pack_s8(L[0], L[1], L[2], L[3]), T1 = qrig_pack_s8(L[4], L[5], L[6], L[7]);
+  unsigned y = (x & 0x0000FFFFu) | ((x << 4) & 0xFFFF0000u);  // codes 4..7 to bits 16..27
+  y = (y & 0x00FF00FFu) | ((y << 2) & 0xFF00FF00u);           // codes 2, 3 and 6, 7 up by 2
+  y = (y & 0x07070707u) | ((y << 1) & 0x70707070u);           // odd codes up by 1: code k in nibble k
+  uint2 r;
+  r.x = qrig_prmt(T0, T1, y);
+  r.y = qrig_prmt(T0, T1, y >> 16);
+  return r;
+}

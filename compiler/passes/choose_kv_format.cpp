@@ -12,6 +12,11 @@
 // name). Their kernel pass runs before the memory pass settles the format, so applying a pair also renames the
 // cache kernels the plan names (attn_decode/attn_prefill/merge/kv_write carry the formats in their names), in the
 // kernel and decode_kernel attributes.
+// With the pair comes the decode attention's query precision: over q8/t4/t3 keys the dp4a family (and the CPU's
+// dp4a-emulated family) quantizes the query to int8 per 32 values in decode calls (at most
+// attention_decode_max_tokens tokens per sequence; the attention op's query_int8_tokens), which lets
+// attn_decode_dp4a take Q.K by dp4a over the key codes and read the cache at the memory's rate; --precise (two
+// planes in every matmul) keeps the fp32 query (attn_decode). Prefill always takes the fp32 query.
 #include <map>
 
 #include <fmt/format.h>
@@ -81,9 +86,16 @@ std::vector<KvPair> kv_candidates(const CompileContext& cx) {
 
 namespace {
 
-// The pair's element types on a graph's key and value caches and its kv_write / attention ops (their formats, and
-// the cache kernels they name renamed to the pair's: `renamed` collects old name -> new name).
-void apply_to_graph(ir::Graph& g, KvPair pr, std::map<std::string, std::string>& renamed) {
+// Whether decode attention over these keys takes the int8 query (see the header).
+bool int8_query(const CompileContext& cx, KvPair pr) {
+  return cx.plan.kernel_family != "reference" && kernels::attention_int8_query(pr) &&
+         cx.options.precise_rows < cx.options.max_batch_tokens;
+}
+
+// The pair's element types on a graph's key and value caches and its kv_write / attention ops (their formats, the
+// int8 query of the decode calls where `int8`, and the cache kernels they name renamed to the pair's: `renamed`
+// collects old name -> new name).
+void apply_to_graph(ir::Graph& g, KvPair pr, bool int8, std::map<std::string, std::string>& renamed) {
   const std::string k = kernels::kv_format_name(pr.k), v = kernels::kv_format_name(pr.v);
   for (auto& st : g.states) {
     if (st.name.rfind("k.", 0) == 0) st.type.dtype = to_dtype(pr.k);
@@ -93,7 +105,7 @@ void apply_to_graph(ir::Graph& g, KvPair pr, std::map<std::string, std::string>&
     for (auto& r : ranges)
       for (auto& part : r.parts)
         for (auto& name : part) {
-          const std::string to = kernels::with_kv_formats(kernels::parse_variant(name), pr).name;
+          const std::string to = kernels::with_kv_formats(kernels::parse_variant(name), pr, int8).name;
           renamed[name] = to;
           name = to;
         }
@@ -103,6 +115,10 @@ void apply_to_graph(ir::Graph& g, KvPair pr, std::map<std::string, std::string>&
     if (op.kind == ir::OpKind::kv_write || op.kind == ir::OpKind::attention) {
       op.set("k_format", k);
       op.set("v_format", v);
+      if (op.kind == ir::OpKind::attention && int8)
+        op.set("query_int8_tokens", kernels::attention_decode_max_tokens(op.i("heads") / op.i("kv_heads")));
+      else if (op.kind == ir::OpKind::attention)
+        op.erase("query_int8_tokens");
       if (op.has("kernel")) op.set("kernel", rename(ir::parse_launch_ranges(op.s("kernel"))));
       if (op.has("decode_kernel")) op.set("decode_kernel", rename(ir::parse_launch_ranges(op.s("decode_kernel"))));
     }
@@ -113,12 +129,14 @@ void apply_to_graph(ir::Graph& g, KvPair pr, std::map<std::string, std::string>&
 // acceptance, never the output).
 bool draft_follows_kv(const ir::Plan& p) { return p.backend == "cuda" && !p.draft.ops.empty(); }
 
-void apply(ir::Plan& p, KvPair pr) {
+void apply(CompileContext& cx, KvPair pr) {
+  ir::Plan& p = cx.plan;
   p.k_dtype = kernels::kv_format_name(pr.k);
   p.v_dtype = kernels::kv_format_name(pr.v);
   std::map<std::string, std::string> renamed;  // variant names of the previous formats -> these formats'
-  apply_to_graph(p.graph, pr, renamed);
-  if (draft_follows_kv(p)) apply_to_graph(p.draft, pr, renamed);
+  const bool int8 = int8_query(cx, pr);
+  apply_to_graph(p.graph, pr, int8, renamed);
+  if (draft_follows_kv(p)) apply_to_graph(p.draft, pr, int8, renamed);
   for (auto& kc : p.kernels) {  // the kernel table's rows: names between ',' and '+'
     std::string out, name;
     for (size_t i = 0; i <= kc.variants.size(); ++i) {
@@ -176,7 +194,7 @@ void choose_kv_format(CompileContext& cx) {
     }
   }
   const auto cands = kv_candidates(cx);
-  apply(p, cands.front());
+  apply(cx, cands.front());
   std::string list;
   for (const auto& pr : cands) list += (list.empty() ? "" : ", ") + kernels::kv_pair_name(pr);
   p.notes.push_back(fmt::format("kv cache: {}; candidates {}", cx.options.kv.empty() ? "chosen by memory below" : "forced by --kv",
@@ -187,7 +205,8 @@ void draft_kv_format(CompileContext& cx) {
   ir::Plan& p = cx.plan;
   if (!draft_follows_kv(p)) return;
   std::map<std::string, std::string> renamed;
-  apply_to_graph(p.draft, {*kernels::parse_kv_format(p.k_dtype), *kernels::parse_kv_format(p.v_dtype)}, renamed);
+  const KvPair pr{*kernels::parse_kv_format(p.k_dtype), *kernels::parse_kv_format(p.v_dtype)};
+  apply_to_graph(p.draft, pr, int8_query(cx, pr), renamed);
 }
 
 void settle_kv_format(CompileContext& cx) {
@@ -225,8 +244,12 @@ void settle_kv_format(CompileContext& cx) {
     why = cands.size() == 1 ? std::string("the only candidate")
                             : fmt::format("no candidate reaches the model's {} tokens: the most compact one", target);
   }
-  apply(p, *chosen);
+  apply(cx, *chosen);
   p.notes.push_back(fmt::format("kv cache: {}: {}", describe(*chosen), why));
+  if (int8_query(cx, *chosen))
+    p.notes.push_back("attention: decode calls quantize the query to int8 per 32 values (dp4a Q.K over the q8/t4/t3 "
+                      "key codes: attn_decode_dp4a on a GPU); prefill keeps it in fp32; --precise keeps it in fp32 "
+                      "everywhere");
 }
 
 }  // namespace qrig::compiler::passes

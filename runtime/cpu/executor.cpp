@@ -356,10 +356,13 @@ void run_attention(const RunCx& c, const Step& s) {
     return cpu::KvCacheView{f ? *f : kernels::KvFormat::f32, reinterpret_cast<const uint8_t*>(c.state(state)),
                             f ? kernels::kv_row_bytes(*f, st.row_width, true) : st.row_width * 4};
   };
+  // The plan's int8 query (the dp4a family's decode kernels over quantized keys): calls of at most
+  // query_int8_tokens tokens of the sequence.
+  const bool int8_query = op.has("query_int8_tokens") && c.T <= op.i("query_int8_tokens");
   cpu::attention_gated_kv(c.in(s, 0), view(s.b->k_state), view(s.b->v_state), op.i("layer"), c.T, c.seq.n_past,
                           op.i("heads"), op.i("kv_heads"), op.i("head_dim"), (float)op.f("scale"),
                           c.in(s, 1) + op.i("gate_offset"), c.g.width(s.b->args[1]), op.i("gate_head_stride"),
-                          c.out(s));
+                          c.out(s), int8_query);
 }
 void run_gather_rows(const RunCx& c, const Step& s) {
   const int64_t w = c.g.width(s.b->results[0]);

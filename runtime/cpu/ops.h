@@ -128,8 +128,12 @@ struct KvCacheView {
 // rotated levels are accumulated and the output is rotated back once per (token, head). Rows are expanded (codes
 // to levels, int8 to floats) once per call, 512 positions at a time, under an online softmax: the transient
 // memory stays small at any context. f32/f16 both: exactly attention_gated.
+// int8_query (q8/t4/t3 keys only; the plan's query_int8_tokens, the numerics of attn_decode_dp4a): each (token,
+// head)'s query is scaled by float(scale * log2 e), rotated for t4/t3 keys, and quantized per 32 values to int8
+// (d = amax / 127, rint(x / d)); scores are int32 dots with the int8 keys (q8 as stored, t4/t3 as
+// kernels::kv_key_levels_i8) folded with the block scales in the kernel's order, in log2 units under exp2.
 void attention_gated_kv(const float* q, const KvCacheView& k, const KvCacheView& v, int64_t layer, int64_t T,
                         int64_t pos0, int64_t Hq, int64_t Hkv, int64_t hd, float scale, const float* gate,
-                        int64_t gate_row_stride, int64_t gate_head_stride, float* out);
+                        int64_t gate_row_stride, int64_t gate_head_stride, float* out, bool int8_query = false);
 
 }  // namespace qrig::cpu

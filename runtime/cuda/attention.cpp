@@ -19,8 +19,20 @@ constexpr double kLog2e = 1.4426950408889634;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+bool is_decode(const LoadedKernel& k) {
+  return k.variant.kernel == "attn_decode" || k.variant.kernel == "attn_decode_dp4a";
+}
+
+// kernel: the one expected, where "attn_decode" takes either decode kernel (the plan's query precision chose it;
+// attn_decode_dp4a needs quantized keys).
 void require_variant(const LoadedKernel& k, const char* kernel, int64_t g, kernels::KvPair kv, int64_t batched = 0) {
   const bool merge = k.variant.kernel.rfind("attn_merge", 0) == 0;
+  if (std::string(kernel) == "attn_decode" && k.variant.kernel == "attn_decode_dp4a") {
+    if (!kernels::attention_int8_query(kv))
+      throw KernelError(fmt::format("attention: {} reads q8/t4/t3 keys, not {}", k.variant.name,
+                                    kernels::kv_format_name(kv.k)));
+    kernel = "attn_decode_dp4a";
+  }
   if (k.variant.kernel != "attn_prefill" && k.variant.param("b") != batched)
     throw KernelError(fmt::format("attention: the plan names {} where {} runs", k.variant.name,
                                   batched ? "the batched decode kernels" : "one sequence's kernels"));
@@ -51,7 +63,7 @@ AttentionKernels::AttentionKernels(const KernelLoader& load, const AttentionDims
       throw KernelError(fmt::format("attention: rows {}-{} must name a decode or prefill kernel, then attn_merge",
                                     lr.first, lr.last));
     Range r{lr.first, lr.last, load(parse_variant(lr.parts[0][0])), load(parse_variant(lr.parts[0][1]))};
-    const bool decode = r.main.variant.kernel == "attn_decode";
+    const bool decode = is_decode(r.main);
     require_variant(r.main, decode ? "attn_decode" : "attn_prefill", group_, kv);
     require_variant(r.merge, kernels::attn_merge_for(kv.v).kernel.c_str(), group_, kv);
     if (decode && (lr.last > r.main.variant.param("n") || lr.last > kernels::attention_decode_max_tokens(group_)))
@@ -60,6 +72,17 @@ AttentionKernels::AttentionKernels(const KernelLoader& load, const AttentionDims
     ranges_.push_back(std::move(r));
   }
   if (ranges_.empty()) throw KernelError("attention: no kernel");
+  // The int8 query covers the calls of 1..int8_tokens_ tokens, the decode ranges of attn_decode_dp4a: they must be
+  // the first ranges (a call's numerics follow from its token count alone, as on the CPU backend).
+  bool fp32_seen = false;
+  for (const Range& r : ranges_) {
+    const bool q8 = r.main.variant.kernel == "attn_decode_dp4a";
+    if (q8 && fp32_seen)
+      throw KernelError(fmt::format("attention: {} for {}-{} tokens follows a kernel with the fp32 query",
+                                    r.main.variant.name, r.first, r.last));
+    fp32_seen |= !q8;
+    if (q8) int8_tokens_ = r.last;
+  }
 }
 
 void AttentionKernels::run(const float* q, const void* kcache, const void* vcache, int64_t T, int64_t pos0,
@@ -84,7 +107,7 @@ void AttentionKernels::run(const float* q, const void* kcache, const void* vcach
     if (T >= x.first && T <= x.last) r = &x;
   if (!r) throw KernelError(fmt::format("attention: {} tokens, outside the plan's {}..{}", T, ranges_.front().first,
                                         ranges_.back().last));
-  const bool decode = r->main.variant.kernel == "attn_decode";
+  const bool decode = is_decode(r->main);
   const kernels::AttentionSplit s = kernels::attention_split(d_, ctas_, T, pos0 + T, decode);
   float* ws_o = nullptr;
   float* ws_ml = nullptr;  // float2 pairs (m, l) in the kernel
@@ -107,7 +130,7 @@ void AttentionKernels::run(const float* q, const void* kcache, const void* vcach
     const LoadedKernel& k = r->main;
     const int kps = (int)s.keys_per_split;
     if (s.n_split > INT_MAX) throw KernelError(fmt::format("attention: {} decode splits", s.n_split));
-    k.kernel.launch(Dim3((unsigned)s.n_split, (unsigned)d_.Hkv), Dim3(kernels::kAttentionDecodeThreads), 0, stream, q,
+    k.kernel.launch(Dim3((unsigned)s.n_split, (unsigned)d_.Hkv), Dim3((unsigned)k.variant.threads()), 0, stream, q,
                     kc, vc, k_row, v_row, Ti, pos, Hq, qscale, gate, grow, ghead, out, ws_o, ws_ml, kps, n_split, layer,
                     static_cast<const unsigned char* const*>(nullptr), static_cast<const unsigned char* const*>(nullptr),
                     static_cast<const int*>(nullptr), static_cast<const int*>(nullptr), 1);
@@ -246,7 +269,7 @@ void BatchedDecodeAttention::run(const float* q, const void* const* kc_of, const
   const auto* vc = reinterpret_cast<const unsigned char* const*>(vc_of);
   const int* slot = reinterpret_cast<const int*>(seq_slot);
   const int* at = reinterpret_cast<const int*>(seq_pos);
-  decode_.kernel.launch(Dim3((unsigned)most, (unsigned)d_.Hkv, (unsigned)seqs), Dim3(kernels::kAttentionDecodeThreads), 0,
+  decode_.kernel.launch(Dim3((unsigned)most, (unsigned)d_.Hkv, (unsigned)seqs), Dim3((unsigned)decode_.variant.threads()), 0,
                         stream, q, static_cast<const unsigned char*>(nullptr), static_cast<const unsigned char*>(nullptr),
                         k_row, v_row, 1, 0, Hq, qscale, gate, grow, ghead, out, ws_o, ws_ml, 0, target, layer, kc, vc,
                         slot, at, n);

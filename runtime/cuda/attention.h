@@ -24,7 +24,8 @@ using kernels::AttentionDims;
 
 class AttentionKernels {
  public:
-  // ranges: per range of tokens [attn_decode or attn_prefill, attn_merge]; ctas: the plan's split targets.
+  // ranges: per range of tokens [attn_decode, attn_decode_dp4a (q8/t4/t3 keys, the int8 query) or attn_prefill,
+  // then attn_merge(_rot)]; ctas: the plan's split targets.
   // kv: the caches' formats (the variants must name them); layer: the rotation's (t4/t3).
   AttentionKernels(const KernelLoader& load, const AttentionDims& d, int64_t context, const kernels::AttentionCtas& ctas,
                    const std::vector<ir::LaunchRange>& ranges, kernels::KvPair kv = {}, int64_t layer = 0);
@@ -33,6 +34,9 @@ class AttentionKernels {
            const float* gate, int64_t gate_row_stride, int64_t gate_head_stride, float* out, void* workspace,
            StreamHandle stream) const;
   kernels::KvPair kv() const { return kv_; }
+  // The most tokens of a call whose query the plan's kernels quantize to int8 (its attn_decode_dp4a ranges); 0 for
+  // none. The executor checks it against the op's query_int8_tokens (what the CPU backend computes).
+  int64_t int8_query_tokens() const { return int8_tokens_; }
 
  private:
   struct Range {
@@ -45,6 +49,7 @@ class AttentionKernels {
   int64_t group_ = 1;
   kernels::KvPair kv_;
   int64_t layer_ = 0;
+  int64_t int8_tokens_ = 0;
   std::vector<Range> ranges_;
 };
 

@@ -113,6 +113,10 @@ void bind_decode(KernelBinder& kb, CudaStep& s, const char* kernel) {
       kb.batched_attentions.push_back(std::make_unique<cuda::BatchedDecodeAttention>(
           kb.loader, d, kb.plan.context_length, kernels::AttentionCtas{c.at(0), c.at(1), c.at(2)}, names[0], names[1],
           cache_pair(kb, s), op.i("layer")));
+      const bool q8 = kb.batched_attentions.back()->decode_variant().kernel == "attn_decode_dp4a";
+      if (q8 != (op.has("query_int8_tokens") && op.i("query_int8_tokens") >= 1))
+        throw RuntimeError(fmt::format("{}: the batched decode kernel {} and query_int8_tokens disagree on the "
+                                       "query's precision", op.describe(), names[0]));
       s.decode_kernel_of_range.push_back(nullptr);
       s.decode_att_of_range.push_back(kb.batched_attentions.back().get());
       continue;
@@ -240,6 +244,11 @@ void kernels_attention(KernelBinder& kb, CudaStep& s) {
                                                                    kernels::AttentionCtas{c[0], c[1], c[2]}, s.ranges,
                                                                    cache_pair(kb, s), op.i("layer")));
   s.att = kb.attentions.back().get();
+  // The int8 query is the plan's (the CPU backend computes it from query_int8_tokens): the kernels must agree.
+  const int64_t int8_tokens = op.has("query_int8_tokens") ? op.i("query_int8_tokens") : 0;
+  if (s.att->int8_query_tokens() != int8_tokens)
+    throw RuntimeError(fmt::format("{}: its kernels quantize the query for calls of up to {} tokens, its "
+                                   "query_int8_tokens is {}", op.describe(), s.att->int8_query_tokens(), int8_tokens));
   for (int st : {s.b->k_state, s.b->v_state})
     if (kb.graph.states.at((size_t)st).row_width != d.Hkv * d.hd)
       throw RuntimeError(fmt::format("{}: cache width does not match the heads", op.describe()));

@@ -269,7 +269,8 @@ TEST_CASE("qrig verify --kv runs a quantized cache and prints mean KL; compile -
   CHECK(cuda.rc == 0);
   auto cin = sh(bin + " inspect " + cplan);
   CHECK(cin.text.find("keys q8, values t3 (k8v3)") != std::string::npos);
-  CHECK(cin.text.find("attn_decode_d256_g2_n1_k8_v3_b0_t128") != std::string::npos);
+  CHECK(cin.text.find("attn_decode_dp4a_d256_g2_n1_k8_v3_b0_t256") != std::string::npos);
+  CHECK(cin.text.find("decode attention: the query in int8 per 32 values") != std::string::npos);
   CHECK(cin.text.find("kv_write_k8_v3_b0_t128") != std::string::npos);
   auto f32 = sh(bin + " compile " + kTiny + " --rig " + std::string(QRIG_SOURCE_DIR) + "/rigs/cmp-100-210-x4.toml --gpus 1 "
                 "--no-precompile -o " + tmp("kvcuda32") + " --kv k32v32", true);

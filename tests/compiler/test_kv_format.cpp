@@ -4,11 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "compiler/compile.h"
+#include "ir/kernel_attr.h"
 #include "ir/plan.h"
 #include "kernels/kv_format.h"
 #include "tests/fixtures.h"
@@ -126,11 +128,11 @@ TEST_CASE("kv formats: --kv forces a pair; bad spellings and impossible pairs ar
   for (const auto& op : q.graph.ops) {
     if (op.kind == ir::OpKind::kv_write) CHECK(op.s("kernel").find("kv_write_k8_v3_b0_t128") != std::string::npos);
     if (op.kind == ir::OpKind::attention) {
-      CHECK(op.s("kernel").find("_k8_v3_b0_t128") != std::string::npos);
+      CHECK(op.s("kernel").find("_k8_v3_b0_t256") != std::string::npos);  // attn_decode_dp4a
       CHECK(op.s("kernel").find("attn_merge_rot_d256_b0_t128") != std::string::npos);
       CHECK(op.s("kernel").find("k16_v16") == std::string::npos);
       if (op.has("decode_kernel")) {  // the batched decode kernels, renamed with the formats too
-        CHECK(op.s("decode_kernel").find("_k8_v3_b1_t128+attn_merge_rot_d256_b1_t128") != std::string::npos);
+        CHECK(op.s("decode_kernel").find("_k8_v3_b1_t256+attn_merge_rot_d256_b1_t128") != std::string::npos);
         CHECK(op.s("decode_kernel").find("k16_v16") == std::string::npos);
       }
       named = true;
@@ -145,6 +147,64 @@ TEST_CASE("kv formats: --kv forces a pair; bad spellings and impossible pairs ar
   CHECK(kv_of(gpu) == "k16v16");  // the tiny model's trained length fits in fp16
   CHECK(gpu.memory.kv_fits.size() == 7);
   CHECK(fit(gpu, "k16v16").bytes_per_token == 2 * 2 * 512);  // fp16 on the GPU
+}
+
+// The int8 query of decode attention over quantized keys is a plan decision of the KV-format pass: the dp4a
+// family (CUDA, and the CPU's dp4a-emulated family) takes it, recorded as the attention ops' query_int8_tokens
+// (the decode kernels' token range, which the CPU executor reads) and by the kernels' names; f16 keys, the
+// reference family and --precise keep the fp32 query.
+TEST_CASE("kv formats: decode attention over quantized keys takes the int8 query in the dp4a family",
+          "[compiler][kv][fixtures]") {
+  gguf::File f = gguf::File::open(kTiny);
+  const auto cmp = compiler::Rig::load(presets::kRigs + "cmp-100-210-x4.toml");
+  compiler::CompileOptions co;
+  co.context_length = 512;
+  co.max_gpus = 1;
+  auto attention_ops = [](const ir::Plan& p) {
+    std::vector<const ir::Op*> out;
+    for (const auto& op : p.graph.ops)
+      if (op.kind == ir::OpKind::attention) out.push_back(&op);
+    REQUIRE(!out.empty());
+    return out;
+  };
+  auto noted = [](const ir::Plan& p) {
+    for (const auto& n : p.notes)
+      if (n.find("quantize the query to int8") != std::string::npos) return true;
+    return false;
+  };
+  for (const char* kv : {"k8v3", "k4v4", "k3v16"}) {
+    INFO(kv);
+    co.kv = kv;
+    const ir::Plan q = compiler::compile(f, cmp, co);
+    for (const ir::Op* op : attention_ops(q)) {
+      CHECK(op->i("query_int8_tokens") == 4);  // the tiny model's 2 heads per KV head: the decode kernel's 8 / 2
+      for (const auto& r : ir::parse_launch_ranges(op->s("kernel")))
+        CHECK((r.last <= 4) == (r.parts[0][0].rfind("attn_decode_dp4a_", 0) == 0));
+    }
+    CHECK(noted(q));
+    presets::ScratchDir dir("kv-int8");
+    q.write(dir.path.string());
+    CHECK(ir::Plan::read(dir.path.string()).to_toml() == q.to_toml());
+  }
+  co.kv = "k16v3";  // f16 keys: the fp32 query
+  for (const ir::Op* op : attention_ops(compiler::compile(f, cmp, co))) CHECK(!op->has("query_int8_tokens"));
+  co.kv = "k8v3";
+  co.precise_rows = INT64_MAX;  // --precise
+  const ir::Plan precise = compiler::compile(f, cmp, co);
+  CHECK_FALSE(noted(precise));
+  for (const ir::Op* op : attention_ops(precise)) {
+    CHECK(!op->has("query_int8_tokens"));
+    CHECK(op->s("kernel").find("attn_decode_d256_g2_n1_k8_v3_b0_t128") != std::string::npos);
+    CHECK(op->s("kernel").find("dp4a") == std::string::npos);
+  }
+  co.precise_rows = -1;
+  co.max_gpus = 0;
+  for (const ir::Op* op : attention_ops(compiler::compile(f, compiler::Rig::default_cpu(), co)))
+    CHECK(!op->has("query_int8_tokens"));  // the reference family
+  co.family = "dp4a-emulated";
+  const ir::Plan emu = compiler::compile(f, compiler::Rig::default_cpu(), co);
+  CHECK(noted(emu));
+  for (const ir::Op* op : attention_ops(emu)) CHECK(op->i("query_int8_tokens") == 4);
 }
 
 // The acceptance plan: the 9B Q8_0 model on one CMP 100-210 (16 GiB) at its native 262144 tokens: the pass's
@@ -186,7 +246,7 @@ TEST_CASE("kv formats: 9B at 262144 tokens fits one 16 GiB CMP card with 3-bit v
     if (op.kind == ir::OpKind::attention || op.kind == ir::OpKind::kv_write) {
       CHECK(op.s("kernel").find("k16_v16") == std::string::npos);
       CHECK(op.s("kernel").find("kv_write_f16") == std::string::npos);
-      CHECK(op.s("kernel").find(op.kind == ir::OpKind::attention ? "_k8_v8_b0_t128+attn_merge_d256_b0_t256" : "kv_write_k8_v8_b0_t128") !=
+      CHECK(op.s("kernel").find(op.kind == ir::OpKind::attention ? "_k8_v8_b0_t256+attn_merge_d256_b0_t256" : "kv_write_k8_v8_b0_t128") !=
             std::string::npos);
     }
   for (const auto& kc : g.kernels) CHECK(kc.variants.find("k16_v16") == std::string::npos);

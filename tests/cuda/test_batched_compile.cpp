@@ -59,9 +59,10 @@ TEST_CASE("batched decode variants compile for sm_70, sm_75 and sm_90 without sp
   for (const char* p : kPairs) {
     add(kv_write_batched_variant(pair(p)));
     add(attn_merge_for(pair(p).v, 1));
-    for (const AttentionDims& d : kAttDims) add(attn_decode_variant(attention_group(d), 1, pair(p), 1));
+    for (const AttentionDims& d : kAttDims) add(attn_decode_for(attention_group(d), 1, pair(p), 1, true));
   }
-  // conv 1, gdn 2 (head dims 128 and the odd 64/32), per pair a write and decode for g2, g4, g6, two merges.
+  // conv 1, gdn 2 (head dims 128 and the odd 64/32), per pair a write and decode for g2, g4, g6 (the plans' own:
+  // attn_decode_dp4a over quantized keys), two merges.
   REQUIRE(all.size() == 1 + 2 + 7 * 4 + 2);
   for (const auto& [name, v] : all) CHECK(v.param("b") == 1);
   std::vector<test::CompileJob> jobs;
@@ -92,7 +93,10 @@ TEST_CASE("batched variant names and choices: b0 for one sequence, b1 from two; 
   CHECK(with_kv_formats(kv_write_batched_variant(pair("k16v16")), pair("k8v3")).name == "kv_write_k8_v3_b1_t128");
   CHECK(with_kv_formats(kv_write_batched_variant(pair("k8v3")), pair("k16v16")).name == "kv_write_k16_v16_b1_t128");
   CHECK(with_kv_formats(kv_write_variant(pair("k8v3")), pair("k16v16")).name == "kv_write_f16_t256");
-  CHECK(with_kv_formats(attn_decode_variant(4, 1, {}, 1), pair("k3v3")).name == "attn_decode_d256_g4_n1_k3_v3_b1_t128");
+  CHECK(with_kv_formats(attn_decode_variant(4, 1, {}, 1), pair("k3v3")).name ==
+        "attn_decode_dp4a_d256_g4_n1_k3_v3_b1_t256");
+  CHECK(with_kv_formats(attn_decode_variant(4, 1, {}, 1), pair("k3v3"), false).name ==
+        "attn_decode_d256_g4_n1_k3_v3_b1_t128");
   CHECK(with_kv_formats(attn_merge_for(KvFormat::f16, 1), pair("k8v4")).name == "attn_merge_rot_d256_b1_t128");
 
   // Choices: 1-1 the one-sequence kernels (what the kernel attribute names for one token), 2..max the b1 ones.
@@ -154,7 +158,10 @@ TEST_CASE("the kernel pass writes decode_kernel for 2..min(sequences, rows) sequ
         CHECK(named.count(n) == 1);  // precompiled (and so compiled for every arch in CI)
       }
       if (op.kind == ir::OpKind::attention) {  // renamed to the settled formats; the scratch holds 16 sequences
-        CHECK(op.s("decode_kernel").find("_k8_v3_b1_t128+attn_merge_rot_d256_b1_t128") != std::string::npos);
+        CHECK(op.s("decode_kernel").find("attn_decode_dp4a_d256_") != std::string::npos);  // the int8 query
+        CHECK(op.s("decode_kernel").find("_k8_v3_b1_t256+attn_merge_rot_d256_b1_t128") != std::string::npos);
+        CHECK(op.i("query_int8_tokens") == attention_decode_max_tokens(attention_group(
+                                               {op.i("heads"), op.i("kv_heads"), op.i("head_dim")})));
         const AttentionDims d{op.i("heads"), op.i("kv_heads"), op.i("head_dim")};
         const auto c = op.ints("split_ctas");
         const AttentionCtas ctas{c[0], c[1], c[2]};
@@ -203,6 +210,13 @@ TEST_CASE("the kernel pass writes decode_kernel for 2..min(sequences, rows) sequ
       break;
     }
   CHECK_THROWS_WITH(runtime::kernels_loaded_by(bad), Catch::Contains("attn_merge_d256_b0_t256"));
+  // The int8 query is the plan's: kernels and query_int8_tokens (the CPU backend's numerics) must agree.
+  o.kv = "k8v3";
+  bad = presets::compile_preset("tiny", "h200", o);
+  CHECK_NOTHROW(runtime::kernels_loaded_by(bad));
+  for (auto& op : bad.graph.ops)
+    if (op.kind == ir::OpKind::attention) op.erase("query_int8_tokens");
+  CHECK_THROWS_WITH(runtime::kernels_loaded_by(bad), Catch::Contains("query_int8_tokens"));
 }
 
 TEST_CASE("the batched launchers check their arguments before any launch", "[cuda][batched]") {

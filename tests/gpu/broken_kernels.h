@@ -72,6 +72,13 @@ inline const std::vector<Bug>& bugs() {
        "k0 + kg + 8 * j > lim[i] + 1"},
       {"attn_merge", "split-KV merge: partial sums not rescaled to the common max", "lsum = fmaf(sm_l[g], f, lsum);",
        "lsum += sm_l[g];"},
+      // Decode over quantized keys with the int8 query (tests/gpu/test_gpu_kv.cpp)
+      {"attn_decode_dp4a", "q8 key block scale dropped", "const float wk = __fmul_rn(dqb, qrig_half_to_float(",
+       "const float wk = fmaxf(dqb, 0.0f * qrig_half_to_float("},
+      {"attn_decode_dp4a", "causal mask off by one (a token sees the next key)", "kp > pos0 + t) x = QRIG_NEG_INF;",
+       "kp > pos0 + t + 1) x = QRIG_NEG_INF;"},
+      {"attn_decode_dp4a", "running state not rescaled when the row max grows", "if (mu[r] > m[r]) {",
+       "if (mu[r] > m[r] && m[r] == QRIG_NEG_INF) {"},
   };
   return all;
 }

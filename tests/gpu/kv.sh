@@ -21,7 +21,8 @@
 #      (rig16.toml: the probed GPU with memory_gib = 16, the CMP card's) at --ctx 262144, inspected, decoding at
 #      depth 261888.
 #   6b. the attention decode micro-benchmark over every pair to 256K keys ("[bench][kv]": GB/s of the rows read,
-#      % of $QRIG_PEAK_GBPS, default 4300: bench_kv_attention.md).
+#      % of $QRIG_PEAK_GBPS, default 4300: bench_kv_attention.md): the plans' kernels (attn_decode_dp4a, the int8
+#      query, over quantized keys), and k8v8/k8v3/k3v3 at 256K with the fp32-query attn_decode for comparison.
 #   7. 27B Q8_0 synth (a 27 GB file; QRIG_KV_27B=0 skips): qrig bench -n 128 -d 32768,131072 for k16v16 and k8v3.
 # Targets (issue 23): decode at 32K with k8v3 >= 0.9x k16v16; at 256K the attention kernels read the quantized
 # cache at >= 70% of the copy bandwidth (the bench's decode rate at depth 262144 against depth 0 gives the
@@ -134,7 +135,8 @@ fi
 if want 6b; then
   # 6b
   QRIG_BENCH_KV_OUT=$out/bench_kv_attention.md "$tests" "[bench][kv]" >"$out/bench_kv_attention.log" 2>&1
-  add "attention decode GB/s, 9B k8v3 @ 32K/128K/256K" "$(grep -E '^\| 9B \| decode k8v3' "$out/bench_kv_attention.md" 2>/dev/null | awk -F'|' '{printf "%s %s;", $6, $7}')"
+  add "attention decode GB/s, 9B k8v3 @ 32K/128K/256K (int8 query)" "$(grep -E '^\| 9B \| decode k8v3 .*attn_decode_dp4a' "$out/bench_kv_attention.md" 2>/dev/null | awk -F'|' '{printf "%s %s;", $6, $7}')"
+  add "attention decode, 9B @ 256K: pair kernel GB/s %" "$(grep -E '^\| 9B \| decode k[0-9]+v[0-9]+ pos0=262143' "$out/bench_kv_attention.md" 2>/dev/null | awk -F'|' '{split($3, w, " "); k = $4 ~ /dp4a/ ? "int8q" : "fp32q"; printf "%s %s %s %s;", w[2], k, $6, $7}')"
 
 fi
 if want 7; then

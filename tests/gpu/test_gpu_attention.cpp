@@ -189,7 +189,8 @@ TEST_CASE("deliberately broken attention kernels (decode, prefill, split-KV merg
   Gpu& g = Gpu::get();
   std::vector<broken::Bug> bugs;
   for (const std::string kernel : {"attn_decode", "attn_prefill", "attn_merge"}) bugs.push_back(no_bug(kernel));
-  for (const broken::Bug& b : broken::bugs_of("attn")) bugs.push_back(b);
+  for (const broken::Bug& b : broken::bugs_of("attn"))  // (attn_decode_dp4a's: tests/gpu/test_gpu_kv.cpp)
+    if (b.kernel == "attn_decode" || b.kernel == "attn_prefill" || b.kernel == "attn_merge") bugs.push_back(b);
   REQUIRE(bugs.size() == 9);
   std::vector<std::unique_ptr<AttCase>> cases;
   cases.push_back(std::make_unique<AttCase>(kTiny, 1, 100, 1.0f, 6000));
