@@ -77,8 +77,10 @@ inline const std::vector<Bug>& bugs() {
        "const float wk = fmaxf(dqb, 0.0f * qrig_half_to_float("},
       {"attn_decode_dp4a", "causal mask off by one (a token sees the next key)", "kp > pos0 + t) x = QRIG_NEG_INF;",
        "kp > pos0 + t + 1) x = QRIG_NEG_INF;"},
-      {"attn_decode_dp4a", "running state not rescaled when the row max grows", "if (mu[r] > m[r]) {",
-       "if (mu[r] > m[r] && m[r] == QRIG_NEG_INF) {"},
+      // (The max itself must move for this to be a bug: a state kept at an old max is exact, only its range
+      // shrinks, and that earlier version of this bug went uncaught on the H200, session 12.)
+      {"attn_decode_dp4a", "running state not rescaled when the row max grows (the max moves)",
+       "const float alpha = qrig_exp2(m[r] - mu[r]);", "const float alpha = m[r] == QRIG_NEG_INF ? 0.0f : 1.0f;"},
   };
   return all;
 }
