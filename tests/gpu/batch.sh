@@ -24,7 +24,7 @@ budget=${QRIG_BATCH_BUDGET_S:-480}
 start=$(date +%s)
 tables=()
 for step in "$@"; do
-  name=${step//[:+]/_}
+  name=${step//[:+]/_}; name=${name//\//_}; name=${name//./_}
   log=/tmp/o/$name
   mkdir -p "$log"
   if (( $(date +%s) - start > budget )); then

@@ -36,7 +36,7 @@ if [[ $what == all || $what == check ]]; then
   # (The test cases compile their variants on 8 threads first: hundreds of variants, once, into the cache.)
   "$tests" "[wq]~[bench]" >"$out/gpu_wq_tests.log" 2>&1  # not the hidden benchmarks: step 4 runs those
   add "gpu tests [wq]" "$( [[ $? == 0 ]] && echo ok || echo FAIL) ($(grep -E 'test cases' "$out/gpu_wq_tests.log" | tail -1))"
-  worst=$(awk -F'|' '/vs same quantized/ {gsub(/ /,"",$5); if ($5+0 > m) m = $5+0} END {print m+0}' "$QRIG_GPU_REPORT")
+  worst=$(awk -F'|' '/vs same quantized/ {v = $(NF-3); gsub(/ /,"",v); if (v+0 > m) m = v+0} END {print m+0}' "$QRIG_GPU_REPORT")
   add "worst matmul error vs same activation" "$worst"
   for f in "$shared"/fixtures/kquant/kq-*-ref.gguf; do
     name=$(basename "$f" -ref.gguf)
