@@ -118,11 +118,13 @@ TEST_CASE("quantized kv caches degrade in the expected order against the referen
   CHECK(decode.mean_kl / s["k8v3"].mean_kl > 1.0 / 3.0);
 }
 
-// 16384 random tokens prefilled in 512-token steps, then 8 decode steps; k8v3 against the f16 plan, comparing
-// each step's last row. Tolerances from measurement (docs/kv-cache.md: max_rel_err 8.0e-3, mean KL 5.2e-6, decode
-// steps' mean KL 2.9e-6 on this input), with about 4x margin. ~2.5 minutes on 2 cores (attention is quadratic).
-TEST_CASE("a 16K-token context with a k8v3 cache agrees with the f16 plan", "[runtime][kv][fixtures][long]") {
-  const int64_t n = 16384, decode = 8;
+// 8192 random tokens prefilled in 512-token steps, then 8 decode steps; k8v3 against the f16 plan, comparing
+// each step's last row. Measured at 8192 tokens: max_rel_err 8.0e-3, mean KL 7.3e-6, decode steps' 6.0e-6; the
+// tolerances are from the measurement at 16384 tokens (docs/kv-cache.md: max_rel_err 8.0e-3, mean
+// KL 5.2e-6, decode steps' mean KL 2.9e-6 on this input), with about 4x margin. (16384 tokens took 108 s of a CI
+// job held to 25 minutes on 2 cores, attention being quadratic; the GPU's "[kv][long]" tests cover 32K-256K.)
+TEST_CASE("an 8K-token context with a k8v3 cache agrees with the f16 plan", "[runtime][kv][fixtures][long]") {
+  const int64_t n = 8192, decode = 8;
   std::mt19937 rng(23);
   std::uniform_int_distribution<int32_t> tok(0, 1000);
   std::vector<int32_t> tokens((size_t)(n + decode));
