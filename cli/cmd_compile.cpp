@@ -87,13 +87,13 @@ int cmd_compile(int argc, char** argv) {
   Args a(argc, argv, 2,
          {"--rig", "-o", "--out", "--ctx", "--parallel", "--batch", "--backend", "--gpus", "--precise-rows",
           "--gpu-memory-utilization", "--micro-batch", "--kv", "--draft", "--prefix-cache-mib"},
-         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--ptx"},
+         {"--no-precompile", "--precise", "--emulate-dp4a", "--no-cuda-graphs", "--no-pdl", "--ptx"},
          {{"-c", "--ctx"}, {"--ctx-size", "--ctx"}, {"-np", "--parallel"}, {"-b", "--batch"}, {"--batch-size", "--batch"}});
   if (a.positional().size() != 1)
     throw UsageError("usage: qrig compile MODEL.gguf|DIR [--rig RIG.toml] -o PLAN_DIR [--ctx N] [--parallel N] [--batch N] "
                      "[--backend cpu|cuda] [--gpus N] [--micro-batch N] [--gpu-memory-utilization F] "
                      "[--kv k16v16|k8v8|k8v4|k8v3|k4v4|k3v3|...] [--draft N] [--prefix-cache-mib N] "
-                     "[--precise | --precise-rows N] [--emulate-dp4a] [--no-cuda-graphs] [--ptx] [--no-precompile]");
+                     "[--precise | --precise-rows N] [--emulate-dp4a] [--no-cuda-graphs] [--no-pdl] [--ptx] [--no-precompile]");
   std::string out = a.get("-o", a.get("--out"));
   if (out.empty()) throw UsageError("qrig compile needs -o PLAN_DIR");
   const ModelSource src = resolve_model(a.positional()[0]);
@@ -115,6 +115,7 @@ int cmd_compile(int argc, char** argv) {
   if (a.has("--precise-rows") && co.precise_rows < 0) throw UsageError("--precise-rows must be >= 0");
   if (a.has("--emulate-dp4a")) co.family = "dp4a-emulated";
   co.decode_graphs = !a.has("--no-cuda-graphs");
+  co.programmatic_launch = !a.has("--no-pdl");
   co.ptx_jit = a.has("--ptx");
   co.gpu_memory_utilization = a.get_float("--gpu-memory-utilization", co.gpu_memory_utilization);
   co.kv = a.get("--kv");
@@ -214,6 +215,8 @@ int cmd_inspect(int argc, char** argv) {
   } else
     fmt::print("draft     off (speculative decoding; why: notes)\n");
   if (p.backend == "cuda") fmt::print("decode    CUDA graphs {}\n", p.decode_graphs ? "on" : "off");
+  if (p.backend == "cuda")
+    fmt::print("launch    {}\n", p.programmatic_launch ? "programmatic dependent launch (sm_90+)" : "plain");
   if (p.placement.size() == 1) {
     fmt::print("placement {}: layers {}-{}\n", p.placement[0].device, p.placement[0].first_layer,
                p.placement[0].last_layer);

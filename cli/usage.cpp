@@ -46,6 +46,7 @@ const Usage kUsages[] = {
      "  --precise | --precise-rows N  two-plane int8 activations in every GPU matmul / in matmuls of at most N rows [4]\n"
      "  --emulate-dp4a                a CPU plan computing the GPU family's numerics\n"
      "  --no-cuda-graphs              decode kernel by kernel\n"
+     "  --no-pdl                      plain kernel launches (no programmatic dependent launch on sm_90+)\n"
      "  --no-precompile               do not compile the kernels now\n"},
     {"inspect",
      "usage: qrig inspect PLAN_DIR [--graph]\n"

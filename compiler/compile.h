@@ -38,6 +38,9 @@ struct CompileOptions {
   // "" (the backend's own family), or "dp4a-emulated": the cpu runs the GPU family's numerics.
   std::string family;
   bool decode_graphs = true;  // CUDA plans: decode steps as CUDA graphs
+  // CUDA plans: programmatic dependent launch where the architecture has it (sm_90+); false: plain launches
+  // (`qrig compile --no-pdl`, to compare).
+  bool programmatic_launch = true;
   // CUDA plans: load the kernels as PTX through the driver's JIT (any GPU at least as new as the target runs
   // them: checking an older architecture's plan on a newer GPU) instead of as cubins for the target.
   bool ptx_jit = false;

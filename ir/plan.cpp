@@ -130,7 +130,8 @@ std::string Plan::to_toml() const {
                         {"pipeline_decode_group_rows", pipeline_decode_group_rows},
                         {"gdn_chunk", gdn_chunk}, {"gdn_recurrent_below", gdn_recurrent_below},
                         {"precise_rows", precise_rows}, {"k_dtype", k_dtype}, {"v_dtype", v_dtype},
-                        {"decode_graphs", decode_graphs}, {"threads", threads}, {"draft_tokens", draft_tokens}};
+                        {"decode_graphs", decode_graphs},
+                        {"programmatic_launch", programmatic_launch}, {"threads", threads}, {"draft_tokens", draft_tokens}};
   toml::table mem{{"weight_bytes", memory.weight_bytes}, {"kv_bytes_per_token", memory.kv_bytes_per_token},
                   {"state_bytes_per_sequence", memory.state_bytes_per_sequence},
                   {"activation_bytes", memory.activation_bytes}, {"budget_bytes", memory.budget_bytes},
@@ -246,6 +247,7 @@ Plan Plan::read(const std::string& dir) {
   p.k_dtype = dec.one_of("k_dtype", kKvTypes);
   p.v_dtype = dec.one_of("v_dtype", kKvTypes);
   p.decode_graphs = dec.boolean("decode_graphs");
+  p.programmatic_launch = dec.boolean("programmatic_launch", false, false);  // absent in plans written before it
   p.threads = dec.integer("threads", 0, 4096);
   p.draft_tokens = dec.integer("draft_tokens", 0, 4, false, 0);
 

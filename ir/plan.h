@@ -145,6 +145,9 @@ struct Plan {
   std::string k_dtype;         // keys in the KV cache: "f32" | "f16" | "q8" | "t4" | "t3" (kernels/kv_format.h)
   std::string v_dtype;         // values
   bool decode_graphs = false;  // decode steps run as CUDA graphs (captured once per shape, then replayed)
+  // CUDA plans for sm_90+: kernels are launched with programmatic stream serialization, so each one's launch
+  // overlaps the kernel before it, whose end it waits for on the GPU (docs/gpu.md "launch overlap").
+  bool programmatic_launch = false;
   int64_t threads = 0;         // cpu threads (0 = all cores)
   int64_t vocab_real = 0;      // tokens that may be sampled
   // Speculative decoding with the model's MTP head (docs/speculative.md): draft tokens per step (0: off), and the

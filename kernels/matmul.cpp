@@ -69,7 +69,8 @@ std::vector<TemplateInfo> matmul_templates() {
         {"sk", "QRIG_SK", 1, 8, 1, "K slices: thread groups splitting each stage, summed at the end"},
         threads_param()},
        "prefill GEMM: repacked Q8_0 weights x int8 activations (1 or 2 planes), K-interleaved shared tiles, "
-       "dp4a, f32 out"},
+       "dp4a, f32 out",
+       true},
       {"gemm_q8_0_dp4a_skinny", "gemm_q8_0_dp4a_skinny.cu",
        {planes_param(),
         {"c", "QRIG_COLS", 1, 16, 1, "activation rows (tokens), at most (a power of two)"},
@@ -104,7 +105,8 @@ std::vector<TemplateInfo> matmul_templates() {
         {"tt", "QRIG_TT", 4, 8, 4, "tokens per thread"},
         threads_param()},
        "prefill GEMM of the GGUF block types other than Q8_0: each 128-value stage of a weight tile decoded once "
-       "into int8 codes and per-16 scales/offsets in shared memory, K-interleaved tiles, dp4a, f32 out"},
+       "into int8 codes and per-16 scales/offsets in shared memory, K-interleaved tiles, dp4a, f32 out",
+       true},
   };
 }
 

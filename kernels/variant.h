@@ -36,6 +36,10 @@ struct TemplateInfo {
   const char* file;    // in templates/, e.g. "gemv_q8_0_dp4a.cu"
   std::vector<TemplateParam> params;  // in name order; the last one is always the block size "t"
   const char* doc;
+  // Launched plainly even in a plan with programmatic_launch: the template has no qrig_grid_dependency_wait
+  // (the tiled GEMMs: placed early beside the kernel before them, their few long CTAs lost 19-25% of a
+  // 32-sequence decode step on an H200; docs/gpu.md "launch overlap").
+  bool plain_launch = false;
 };
 
 // Every template of the default family (no tensor cores).

@@ -6,6 +6,7 @@
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 add_f32(const float* a, const float* b, float* out, long long n4) {
+  qrig_grid_dependency_wait();
   const float4* a4 = reinterpret_cast<const float4*>(a);
   const float4* b4 = reinterpret_cast<const float4*>(b);
   float4* o4 = reinterpret_cast<float4*>(out);

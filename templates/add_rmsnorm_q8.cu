@@ -18,6 +18,7 @@ static_assert(QRIG_PLANES == 1 || QRIG_PLANES == 2, "add_rmsnorm_q8: 1 or 2 plan
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 add_rmsnorm_q8(const float* a, const float* b, float* sum, const float* __restrict__ w, float eps,
                signed char* __restrict__ xq, float* __restrict__ xd, signed char* __restrict__ xq2) {
+  qrig_grid_dependency_wait();
   constexpr int D = QRIG_D, T = QRIG_THREADS;
   constexpr int V = QrigRowSlices<D, T>::V, PER = QrigRowSlices<D, T>::PER;
   __shared__ float scratch[T / 32];

@@ -9,6 +9,7 @@ static_assert((QRIG_THREADS & (QRIG_THREADS - 1)) == 0, "argmax_f32: the block s
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 argmax_f32(const float* __restrict__ logits, long long row_stride, int n_valid, int* __restrict__ out) {
+  qrig_grid_dependency_wait();
   __shared__ float s_v[QRIG_THREADS];
   __shared__ int s_i[QRIG_THREADS];
   const float* l = logits + (size_t)blockIdx.x * row_stride;

@@ -191,6 +191,7 @@ attn_decode(const float* __restrict__ q, const unsigned char* __restrict__ kc, c
             float2* __restrict__ ws_ml, int keys_per_split, int n_split, int layer,
             const unsigned char* const* __restrict__ kc_of, const unsigned char* const* __restrict__ vc_of,
             const int* __restrict__ seq_slot, const int* __restrict__ seq_pos, int seqs) {
+  qrig_grid_dependency_wait();
   __shared__ __align__(16) float sm[W * R * D];  // q rows [R][D] during the loop, then the warps' O [W][R][D]
   __shared__ float wm[W][R], wl[W][R];
   __shared__ float cbk[16], cbv[16];  // the key and value codebooks (t4/t3)

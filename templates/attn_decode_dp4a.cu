@@ -225,6 +225,7 @@ attn_decode_dp4a(const float* __restrict__ q, const unsigned char* __restrict__ 
                  int n_split, int layer, const unsigned char* const* __restrict__ kc_of,
                  const unsigned char* const* __restrict__ vc_of, const int* __restrict__ seq_slot,
                  const int* __restrict__ seq_pos, int seqs) {
+  qrig_grid_dependency_wait();
   __shared__ __align__(16) float sm[kSmem];
   __shared__ float wm[4][R], wl[4][R];
 

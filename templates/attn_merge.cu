@@ -26,6 +26,7 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 2)
 attn_merge(const float* __restrict__ ws_o, const float2* __restrict__ ws_ml, int n_split, int T, int Hq,
            const float* __restrict__ gate, long long gate_row, long long gate_head, float* __restrict__ out,
            const int* __restrict__ seq_pos, int split_target) {
+  qrig_grid_dependency_wait();
   __shared__ __align__(16) float so[NG][QC];
   __shared__ float sm_m[NG], sm_l[NG];
   const int tid = threadIdx.x, sg = tid >> 4, lane = tid & 15;

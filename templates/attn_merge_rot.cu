@@ -25,6 +25,7 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 attn_merge_rot(const float* __restrict__ ws_o, const float2* __restrict__ ws_ml, int n_split, int T, int Hq, int G,
                int layer, const float* __restrict__ gate, long long gate_row, long long gate_head,
                float* __restrict__ out, const int* __restrict__ seq_pos, int split_target) {
+  qrig_grid_dependency_wait();
   const int lane = threadIdx.x & 31;
   const long long item = (long long)blockIdx.x * (QRIG_THREADS / 32) + (threadIdx.x >> 5);
   if (item >= (long long)T * Hq) return;  // whole warps leave together

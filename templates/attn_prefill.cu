@@ -110,6 +110,7 @@ attn_prefill(const float* __restrict__ q, const unsigned char* __restrict__ kc, 
              long long k_row, long long v_row, int T, int pos0, int Hq, float qscale, const float* __restrict__ gate,
              long long gate_row, long long gate_head, float* __restrict__ out, float* __restrict__ ws_o,
              float2* __restrict__ ws_ml, int n_split, int layer) {
+  qrig_grid_dependency_wait();
   extern __shared__ __align__(16) unsigned char smem[];
   float4* Q4 = reinterpret_cast<float4*>(smem);                // [M][D4], chunk c of row r at c ^ (r & 7)
   unsigned char* B = smem + Q_BYTES;

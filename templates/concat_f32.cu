@@ -7,6 +7,7 @@
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 concat_f32(const float* __restrict__ a, int wa, const float* __restrict__ b, int wb, int n, float* __restrict__ out) {
+  qrig_grid_dependency_wait();
   const long long w = (long long)wa + wb, total = w * n;
   for (long long i = (long long)blockIdx.x * QRIG_THREADS + threadIdx.x; i < total;
        i += (long long)gridDim.x * QRIG_THREADS) {

@@ -20,6 +20,7 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 conv1d_silu_f32(const float* __restrict__ x, int T, int C, const float* __restrict__ w, float* __restrict__ state,
                 float* __restrict__ out, float* __restrict__ kept, int keep, long long kept_stride,
                 float* const* __restrict__ rec_of, const int* __restrict__ seq_slot, long long state_offset) {
+  qrig_grid_dependency_wait();
   constexpr int K = QRIG_K, H = QRIG_K - 1;
   const int c = blockIdx.x * QRIG_THREADS + threadIdx.x;
   if (c >= C) return;

@@ -11,6 +11,7 @@ static_assert(QRIG_THREADS % 32 == 0 && QRIG_THREADS <= 1024, "embed_q8_0: bad b
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 embed_q8_0(const signed char* __restrict__ wq, const unsigned short* __restrict__ wd,
            const int* __restrict__ tokens, int n_vocab, float* __restrict__ out) {
+  qrig_grid_dependency_wait();
   constexpr int D = QRIG_D, T = QRIG_THREADS;
   constexpr int VEC = D / 16;
   const int id = tokens[blockIdx.x];

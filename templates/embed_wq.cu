@@ -15,6 +15,7 @@ static_assert(QRIG_THREADS % 32 == 0 && QRIG_THREADS <= 1024, "embed_wq: bad blo
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 embed_wq(const unsigned char* __restrict__ wa, const unsigned char* __restrict__ wb, const int* __restrict__ tokens,
          int n_vocab, float* __restrict__ out) {
+  qrig_grid_dependency_wait();
   constexpr int D = QRIG_D, T = QRIG_THREADS;
   constexpr int NBLK = D / WQ_BLOCK, NU = NBLK * WQ_UNITS;
   const int id = tokens[blockIdx.x];

@@ -9,6 +9,7 @@ static_assert(QRIG_D % 32 == 0 && QRIG_D <= 1024, "gated_rmsnorm_f32: D must be 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gated_rmsnorm_f32(const float* __restrict__ o, const float* __restrict__ z, const float* __restrict__ w,
                   long long rows, float eps, float* __restrict__ out) {
+  qrig_grid_dependency_wait();
   constexpr int D = QRIG_D, PER = QRIG_D / 32;
   const long long row = (long long)blockIdx.x * (QRIG_THREADS / 32) + (threadIdx.x >> 5);
   if (row >= rows) return;

@@ -44,6 +44,7 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 2)
 gdn_chunk_prep(const float* __restrict__ mixed, const float* __restrict__ alpha, const float* __restrict__ beta,
                const float* __restrict__ ssm_a, const float* __restrict__ dt_bias, int n_tokens, int hk, int hv,
                float* __restrict__ ws) {
+  qrig_grid_dependency_wait();
   __shared__ __align__(16) float sbuf[BUF];  // normalised K [C][KS], later A^T [C][AS]
   __shared__ double sgam[C];                 // g, then gamma (cumulative)
   __shared__ float sbeta[C], sqmul[C], skmul[C], seg[C];

@@ -71,6 +71,7 @@ __device__ __forceinline__ void gdn_store_tile(const float4 (&v)[NV], float* til
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS, QRIG_SM < 75 ? 1 : 2)
 gdn_chunk_scan(const float* __restrict__ mixed, int n_tokens, int hk, int hv, const float* __restrict__ ws,
                float* __restrict__ state, float* __restrict__ out) {
+  qrig_grid_dependency_wait();
   __shared__ float sS[DK * CT];                // state slice at the chunk start [DK][CT]
   __shared__ float sV[C * CT];                 // V' [C][CT]
   __shared__ float sFk[C];

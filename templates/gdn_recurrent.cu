@@ -61,6 +61,7 @@ gdn_recurrent(const float* __restrict__ mixed, const float* __restrict__ alpha, 
               float* __restrict__ state, float* __restrict__ out, float* __restrict__ kept, int keep,
               int kept_stride, float* const* __restrict__ rec_of, const int* __restrict__ seq_slot,
               long long state_offset) {
+  qrig_grid_dependency_wait();
   __shared__ __align__(16) float sq[TB][DK];
   __shared__ __align__(16) float sk[TB][DK];
   __shared__ __align__(16) float sv[TB][CT];

@@ -36,6 +36,7 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gemm_q8_0_dp4a_skinny(const signed char* __restrict__ wq, const unsigned short* __restrict__ wd,
                       const signed char* __restrict__ xq, const float* __restrict__ xd,
                       const signed char* __restrict__ xq2, float* __restrict__ y, int k, int n_rows, int n_tokens) {
+  qrig_grid_dependency_wait();
   constexpr int C = QRIG_COLS, R = QRIG_ROWS, U = QRIG_UNROLL, T = QRIG_THREADS, P = QRIG_PLANES;
   constexpr int WARPS = T / 32;
   constexpr int V = C * R;  // sums per lane: index c * R + r

@@ -42,6 +42,7 @@ gemm_wq_dp4a_skinny(const unsigned char* __restrict__ wa, const unsigned char* _
                     const signed char* __restrict__ xq, const float* __restrict__ xd,
                     const signed char* __restrict__ xq2, float* y0, float* y1, float* y2, float* y3, int b1,
                     int b2, int b3, int k, int n_rows, int n_tokens) {
+  qrig_grid_dependency_wait();
   constexpr int C = QRIG_COLS, R = QRIG_ROWS, T = QRIG_THREADS, P = QRIG_PLANES;
   constexpr int WARPS = T / 32;
   constexpr float INV254 = 1.0f / 254.0f;  // the second plane's step, relative to xd

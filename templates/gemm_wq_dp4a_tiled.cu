@@ -72,6 +72,8 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS, 1)
 gemm_wq_dp4a_tiled(const unsigned char* __restrict__ wa, const unsigned char* __restrict__ wb,
                    const signed char* __restrict__ xq, const float* __restrict__ xd,
                    const signed char* __restrict__ xq2, float* __restrict__ y, int k, int n_rows, int n_tokens) {
+  // No qrig_grid_dependency_wait: launched plainly (docs/gpu.md "launch overlap": placed early beside the
+  // kernel before it, its few long CTAs lost 19-25% of a 32-sequence decode step on an H200).
   constexpr int QA = BN * (KS / 32);  // units per stage: rows x 4
   constexpr int QB = BT * (KS / 32);  // activation pieces of 32 values per stage: tokens x 4
   constexpr int LA = (QA + THREADS - 1) / THREADS;

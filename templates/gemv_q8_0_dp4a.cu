@@ -32,6 +32,7 @@ gemv_q8_0_dp4a(const signed char* __restrict__ wq, const unsigned short* __restr
                const signed char* __restrict__ xq, const float* __restrict__ xd,
                const signed char* __restrict__ xq2, float* y0, float* y1, float* y2,
                float* y3, int b1, int b2, int b3, int n_rows) {
+  qrig_grid_dependency_wait();
   constexpr int K = QRIG_K, R = QRIG_ROWS, U = QRIG_UNROLL, T = QRIG_THREADS, P = QRIG_PLANES;
   constexpr int WARPS = T / 32;
   constexpr int VEC = K / 16;      // 16-byte vectors per row

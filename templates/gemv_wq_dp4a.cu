@@ -41,6 +41,7 @@ extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 gemv_wq_dp4a(const unsigned char* __restrict__ wa, const unsigned char* __restrict__ wb,
              const signed char* __restrict__ xq, const float* __restrict__ xd, const signed char* __restrict__ xq2,
              float* y0, float* y1, float* y2, float* y3, int b1, int b2, int b3, int k, int n_rows) {
+  qrig_grid_dependency_wait();
   constexpr int R = QRIG_ROWS, S = QRIG_SPLIT, U = QRIG_UNROLL, T = QRIG_THREADS, P = QRIG_PLANES;
   constexpr int WARPS = T / 32, GROUPS = WARPS / S;
   constexpr float INV254 = 1.0f / 254.0f;  // the second plane's step, relative to xd

@@ -11,6 +11,7 @@ static_assert(QRIG_D % 32 == 0 && QRIG_D <= 1024, "head_rmsnorm_f32: D must be a
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 head_rmsnorm_f32(const float* __restrict__ x, long long row_stride, long long head_stride, long long head_offset,
                  const float* __restrict__ w, int n_tokens, int heads, float eps, float* __restrict__ out) {
+  qrig_grid_dependency_wait();
   constexpr int D = QRIG_D, PER = QRIG_D / 32;
   const long long item = (long long)blockIdx.x * (QRIG_THREADS / 32) + (threadIdx.x >> 5);
   if (item >= (long long)n_tokens * heads) return;

@@ -132,6 +132,7 @@ kv_write(const float* __restrict__ k, const float* __restrict__ v, unsigned char
          unsigned char* __restrict__ vcache, long long k_row_bytes, long long v_row_bytes, long long pos0, int T,
          int Hkv, int layer, unsigned char* const* __restrict__ kc_of, unsigned char* const* __restrict__ vc_of,
          const int* __restrict__ seq_slot, const int* __restrict__ seq_pos) {
+  qrig_grid_dependency_wait();
   const int lane = threadIdx.x & 31;
   const long long item = (long long)blockIdx.x * (QRIG_THREADS / 32) + (threadIdx.x >> 5);
   if (item >= (long long)T * Hkv) return;  // whole warps leave together

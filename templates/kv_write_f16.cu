@@ -7,6 +7,7 @@
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 kv_write_f16(const float* __restrict__ k, const float* __restrict__ v, unsigned short* __restrict__ kcache,
              unsigned short* __restrict__ vcache, long long pos0, long long n2, int W) {
+  qrig_grid_dependency_wait();
   const float2* k2 = reinterpret_cast<const float2*>(k);
   const float2* v2 = reinterpret_cast<const float2*>(v);
   unsigned int* kc = reinterpret_cast<unsigned int*>(kcache + pos0 * W);

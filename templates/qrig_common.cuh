@@ -34,6 +34,20 @@
 #define QRIG_CTAS_FITTING(want, kib) \
   (QRIG_SMEM_PER_SM_KIB / ((kib) + 1) < (want) ? QRIG_SMEM_PER_SM_KIB / ((kib) + 1) : (want))
 
+// Programmatic dependent launch (sm_90+: docs/gpu.md "launch overlap"). Every kernel of the family calls this
+// first, before it reads or writes any global memory: it waits until the kernel launched before it on the
+// stream has finished and its writes are visible (griddepcontrol.wait), then lets the next kernel be launched
+// (griddepcontrol.launch_dependents), whose CTAs are then resident and waiting here when this one ends. A plan
+// with programmatic_launch launches its kernels with that attribute, so a kernel's launch latency overlaps
+// the one before it; without the attribute (older GPUs, tests, --no-pdl) the wait returns at once. Below sm_90
+// it is nothing. The executor checks each kernel's PTX for the wait before launching it so.
+__device__ __forceinline__ void qrig_grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // fp16 (IEEE binary16 bits) -> float, exact for every value (subnormals, inf, NaN included).
 __device__ __forceinline__ float qrig_half_to_float(unsigned short h) {
   float f;

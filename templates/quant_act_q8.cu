@@ -15,6 +15,7 @@ static_assert(QRIG_PLANES == 1 || QRIG_PLANES == 2, "quant_act_q8: 1 or 2 planes
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 quant_act_q8(const float* __restrict__ x, signed char* __restrict__ xq, float* __restrict__ xd,
              signed char* __restrict__ xq2, long long n_blocks) {
+  qrig_grid_dependency_wait();
   constexpr int WARPS = QRIG_THREADS / 32;
   const long long b = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (b >= n_blocks) return;  // whole warps leave together

@@ -20,6 +20,7 @@ static_assert(QRIG_QUANT == 0 || QRIG_D % 32 == 0, "rmsnorm_f32: a quantized row
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 rmsnorm_f32(const float* x, const float* __restrict__ w, float* out, float eps, signed char* __restrict__ xq,
             float* __restrict__ xd, signed char* __restrict__ xq2) {
+  qrig_grid_dependency_wait();
   constexpr int D = QRIG_D, T = QRIG_THREADS;
   constexpr int V = QrigRowSlices<D, T>::V, PER = QrigRowSlices<D, T>::PER;
   __shared__ float scratch[T / 32];

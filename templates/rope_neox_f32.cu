@@ -11,6 +11,7 @@ static_assert(QRIG_R % 2 == 0 && QRIG_R <= QRIG_D && QRIG_R >= 2, "rope_neox_f32
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 rope_neox_f32(const float* in, float* out, const int* __restrict__ pos, int heads, const double* __restrict__ inv_freq) {
+  qrig_grid_dependency_wait();
   constexpr int D = QRIG_D, HALF = QRIG_R / 2;
   __shared__ float s_cos[HALF], s_sin[HALF];
   const int t = blockIdx.x;

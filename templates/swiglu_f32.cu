@@ -7,6 +7,7 @@
 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 swiglu_f32(const float* gate, const float* up, float* out, long long n4) {
+  qrig_grid_dependency_wait();
   const float4* g4 = reinterpret_cast<const float4*>(gate);
   const float4* u4 = reinterpret_cast<const float4*>(up);
   float4* o4 = reinterpret_cast<float4*>(out);

@@ -15,6 +15,7 @@ static_assert(QRIG_PLANES == 1 || QRIG_PLANES == 2, "swiglu_q8: 1 or 2 planes");
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 swiglu_q8(const float* __restrict__ gate, const float* __restrict__ up, signed char* __restrict__ xq,
           float* __restrict__ xd, signed char* __restrict__ xq2, long long n4) {
+  qrig_grid_dependency_wait();
   const float4* g4 = reinterpret_cast<const float4*>(gate);
   const float4* u4 = reinterpret_cast<const float4*>(up);
   const int lane = threadIdx.x & 31;

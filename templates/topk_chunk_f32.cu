@@ -47,6 +47,7 @@ topk_chunk_f32(const float* __restrict__ logits, long long row_stride, int vocab
                const float* __restrict__ penalties, const int* __restrict__ chunk_adj,
                const QrigLogitAdjust* __restrict__ adj, unsigned long long* __restrict__ chunk_top,
                QrigTopkChunkStats* __restrict__ chunk_stats) {
+  qrig_grid_dependency_wait();
   __shared__ float s_x[QRIG_CHUNK];
   __shared__ unsigned s_hist[256];
   __shared__ unsigned long long s_sel[QRIG_TOPK_MAX];

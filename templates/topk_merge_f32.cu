@@ -20,6 +20,7 @@ static_assert(QRIG_THREADS % 32 == 0, "topk_merge_f32: the block size must be a 
 extern "C" __global__ void __launch_bounds__(QRIG_THREADS)
 topk_merge_f32(int n_chunks, const unsigned long long* __restrict__ chunk_top,
                const QrigTopkChunkStats* __restrict__ chunk_stats, QrigTopkRowOut* __restrict__ out) {
+  qrig_grid_dependency_wait();
   constexpr int W = QRIG_THREADS / 32;
   __shared__ unsigned long long s_lists[W][QRIG_TOPK_MAX];
   __shared__ float s_redf[W];

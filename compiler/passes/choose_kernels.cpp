@@ -339,11 +339,22 @@ void choose_kernels(CompileContext& cx) {
     return std::tie(a.op, a.shape, a.first_rows) < std::tie(b.op, b.shape, b.first_rows);
   });
   p.decode_graphs = cx.options.decode_graphs;
+  // Programmatic dependent launch: griddepcontrol is sm_90's (PTX 7.8). The plan's architecture decides, not the
+  // GPU it may run on through the JIT (an sm_70 plan's kernels have no wait to overlap on).
+  const int arch_sm = std::stoi(p.arch_target.substr(3));
+  p.programmatic_launch = cx.options.programmatic_launch && arch_sm >= 90;
   p.notes.push_back(fmt::format("kernels: default family (dp4a matmuls, fp32 norms/GDN/attention over the KV-format pass's caches) for {} SMs; "
                                 "{} distinct choices (qrig inspect lists them with their reasons)",
                                 sms, p.kernels.size()));
   p.notes.push_back(p.decode_graphs ? "decode: steps of one token per sequence run as CUDA graphs"
                                     : "decode: CUDA graphs off (by request): every step launches kernel by kernel");
+  if (p.programmatic_launch)
+    p.notes.push_back("launch: programmatic dependent launch (sm_90+): each kernel is launched while the one before it "
+                      "runs and waits for it on the GPU, hiding the launch latency between kernels");
+  else
+    p.notes.push_back(arch_sm >= 90 ? "launch: plain launches (programmatic dependent launch off by request)"
+                                    : fmt::format("launch: plain launches ({} has no programmatic dependent launch; "
+                                                  "sm_90+ does)", p.arch_target));
 }
 
 }  // namespace qrig::compiler::passes

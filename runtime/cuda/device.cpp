@@ -311,12 +311,36 @@ void Kernel::launch_raw(Dim3 grid, Dim3 block, size_t smem, StreamHandle stream,
                                 name_, grid.x, grid.y, grid.z));
   if (smem > 48 * 1024 && smem > *smem_opt_in_)
     throw CudaError(fmt::format("launch of {}: {} bytes of dynamic shared memory without opt_in_shared()", name_, smem));
-  if (t_launch_hook) return t_launch_hook->launch(handle_, name_, grid, block, smem, stream, args);
+  if (t_launch_hook) return t_launch_hook->launch(handle_, name_, grid, block, smem, stream, args, programmatic_);
   // A CUkernel launches as a CUfunction (12.0+), loaded into the current context on first use. The message is
   // formatted only on failure: a decode step launches hundreds of kernels.
-  const CUresult r = driver().cuLaunchKernel(reinterpret_cast<CUfunction>(handle_), grid.x, grid.y, grid.z, block.x,
-                                             block.y, block.z, (unsigned)smem, stream, args, nullptr);
-  if (r != CUDA_SUCCESS) check(r, fmt::format("launch of {} (grid {}x{}x{}, block {})", name_, grid.x, grid.y, grid.z, threads));
+  const CUresult r =
+      launch_function(reinterpret_cast<CUfunction>(handle_), grid, block, smem, stream, args, programmatic_);
+  if (r != CUDA_SUCCESS)
+    check(r, fmt::format("launch of {} (grid {}x{}x{}, block {}{})", name_, grid.x, grid.y, grid.z, threads,
+                         programmatic_ ? ", programmatic" : ""));
+}
+
+CUresult launch_function(CUfunction f, Dim3 grid, Dim3 block, size_t smem, StreamHandle stream, void** args,
+                         bool programmatic) {
+  const DriverApi& a = driver();
+  if (!programmatic)
+    return a.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)smem, stream, args, nullptr);
+  LaunchAttribute attr;
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmatic_stream_serialization_allowed = 1;
+  LaunchConfig c;
+  c.gridDimX = grid.x;
+  c.gridDimY = grid.y;
+  c.gridDimZ = grid.z;
+  c.blockDimX = block.x;
+  c.blockDimY = block.y;
+  c.blockDimZ = block.z;
+  c.sharedMemBytes = (unsigned)smem;
+  c.hStream = stream;
+  c.attrs = &attr;
+  c.numAttrs = 1;
+  return a.cuLaunchKernelEx(&c, f, args, nullptr);
 }
 
 PinnedBuffer::PinnedBuffer(size_t bytes, std::string what) : bytes_(bytes), what_(std::move(what)) {

@@ -175,8 +175,14 @@ class LaunchHook {
  public:
   virtual ~LaunchHook() = default;
   virtual void launch(KernelHandle kernel, const std::string& name, Dim3 grid, Dim3 block, size_t smem,
-                      StreamHandle stream, void** args) = 0;
+                      StreamHandle stream, void** args, bool programmatic) = 0;
 };
+
+// cuLaunchKernel, or with `programmatic` cuLaunchKernelEx with programmatic stream serialization: the grid may
+// start while the kernel before it on the stream is still running, and waits for it itself (the templates'
+// qrig_grid_dependency_wait). Returns the driver's result.
+drv::CUresult launch_function(drv::CUfunction f, Dim3 grid, Dim3 block, size_t smem, StreamHandle stream, void** args,
+                              bool programmatic);
 
 // Installs a hook on this thread for its lifetime (nests: the previous one comes back).
 class ScopedLaunchHook {
@@ -196,6 +202,12 @@ class Kernel {
   const std::string& name() const { return name_; }
   KernelHandle handle() const { return handle_; }
   int max_threads() const { return max_threads_; }  // its __launch_bounds__
+  // Programmatic dependent launch (sm_90+): launches overlap the kernel before them on the stream, which is
+  // only correct for a kernel that waits for it before touching memory (the templates'
+  // qrig_grid_dependency_wait). Off by default; the executor turns it on for its copies where the plan says
+  // so (programmatic_launch) and the kernel's PTX has the wait.
+  void set_programmatic(bool on) { programmatic_ = on; }
+  bool programmatic() const { return programmatic_; }
 
   // Allows `bytes` of dynamic shared memory (above the 48 KiB default) on every device of the process,
   // checking each device's opt-in limit. Throws CudaError naming the device that cannot.
@@ -219,6 +231,7 @@ class Kernel {
   KernelHandle handle_ = nullptr;
   std::string name_;
   int max_threads_ = 0;
+  bool programmatic_ = false;            // per copy
   std::shared_ptr<size_t> smem_opt_in_;  // shared by copies
 };
 

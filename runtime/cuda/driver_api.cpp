@@ -95,6 +95,9 @@ Loaded load() {
   resolve(h, "cuKernelGetAttribute", a.cuKernelGetAttribute, missing);
   resolve(h, "cuKernelSetAttribute", a.cuKernelSetAttribute, missing);
   resolve(h, "cuLaunchKernel", a.cuLaunchKernel, missing);
+  resolve(h, "cuLaunchKernelEx", a.cuLaunchKernelEx, missing);
+  a.cuStreamGetCaptureInfo_v3 =
+      reinterpret_cast<decltype(a.cuStreamGetCaptureInfo_v3)>(dlsym(h, "cuStreamGetCaptureInfo_v3"));  // optional
   resolve(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor", a.cuOccupancyMaxActiveBlocksPerMultiprocessor, missing);
   const std::string version = fmt::format("{}.{}", L.version / 1000, L.version % 1000 / 10);
   if (!missing.empty() || L.version < 12000) {

@@ -93,6 +93,31 @@ struct KernelNodeParams {
   CUcontext ctx = nullptr;
 };
 
+// CUlaunchAttribute and CUlaunchConfig (11.8+) for cuLaunchKernelEx: only the programmatic-stream-serialization
+// attribute is used (programmatic dependent launch, sm_90+: Kernel::set_programmatic).
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+struct LaunchAttribute {
+  int id = 0;
+  char pad[4] = {};
+  union {
+    char bytes[64];
+    int programmatic_stream_serialization_allowed;
+  } value = {};
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
+struct LaunchConfig {
+  unsigned gridDimX = 1, gridDimY = 1, gridDimZ = 1;
+  unsigned blockDimX = 1, blockDimY = 1, blockDimZ = 1;
+  unsigned sharedMemBytes = 0;
+  CUstream hStream = nullptr;
+  LaunchAttribute* attrs = nullptr;
+  unsigned numAttrs = 0;
+};
+constexpr CUresult CUDA_ERROR_LOSSY_QUERY = 402;
+struct GraphEdgeData {  // CUgraphEdgeData (12.3+): only returned, never read
+  unsigned char from_port, to_port, type, reserved[5];
+};
+
 // The entry points qrig calls, resolved from libcuda.so.1 (by their exported, versioned names).
 struct DriverApi {
   CUresult (*cuInit)(unsigned) = nullptr;
@@ -149,6 +174,11 @@ struct DriverApi {
   CUresult (*cuKernelSetAttribute)(int, int, CUkernel, CUdevice) = nullptr;
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**) = nullptr;
+  CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**) = nullptr;
+  // 12.3+, optional (null on older drivers): the capture query that also returns edge data, which a stream
+  // holding programmatic launches may carry (the _v2 query then answers CUDA_ERROR_LOSSY_QUERY).
+  CUresult (*cuStreamGetCaptureInfo_v3)(CUstream, int*, unsigned long long*, CUgraph*, const CUgraphNode**,
+                                        const GraphEdgeData**, size_t*) = nullptr;
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t) = nullptr;
 };
 

@@ -40,6 +40,11 @@ int64_t CudaExecutor::vocab_rows() const { return impl_->vocab_rows; }
 int64_t CudaExecutor::position(int slot) const { return impl_->slot(slot).n_past; }
 std::string CudaExecutor::device_name() const { return impl_->info.name; }
 std::string CudaExecutor::kernel_load() const { return impl_->kernel_load; }
+std::pair<int64_t, int64_t> CudaExecutor::programmatic_kernels() const {
+  int64_t on = 0;
+  for (const auto& [name, k] : impl_->kernels) on += k->kernel.programmatic();
+  return {on, (int64_t)impl_->kernels.size()};
+}
 int64_t CudaExecutor::device_bytes() const { return impl_->allocated; }
 float* CudaExecutor::bridge_in(int buf) const { return impl_->bridge_in[buf & 1].data(); }
 float* CudaExecutor::bridge_out(int buf) const { return impl_->bridge_out[buf & 1].data(); }

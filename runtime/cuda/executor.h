@@ -81,6 +81,9 @@ class CudaExecutor {
   // How the kernels were built and loaded, e.g. "sm_90 cubins by NVRTC 13.0", or for a plan of kernel_code
   // "ptx": "sm_70 PTX by NVRTC 11.8, JIT-compiled by the driver for sm_90 (...)".
   std::string kernel_load() const;
+  // Loaded kernels launched with programmatic dependent launch, and all loaded kernels (the plan's
+  // programmatic_launch and each kernel's wait: executor_bind.cpp).
+  std::pair<int64_t, int64_t> programmatic_kernels() const;
   int64_t device_bytes() const;  // weights + arena + states + workspaces allocated
 
   // Runs every input's tokens (appended at its slot's position). rows[k] lists the rows of input k (indices

@@ -9,6 +9,7 @@
 #include "ir/kernel_attr.h"
 #include "runtime/cuda/executor_impl.h"
 #include "runtime/cuda/plan_kernels.h"
+#include "runtime/cuda/ptx_scan.h"
 
 namespace qrig::runtime {
 
@@ -20,7 +21,11 @@ Slot& CudaExecutor::Impl::slot(int s) {
 const cuda::LoadedKernel* CudaExecutor::Impl::load(const cuda::Variant& v) {
   auto it = kernels.find(v.name);
   if (it != kernels.end()) return it->second.get();
-  auto k = std::make_unique<cuda::LoadedKernel>(cuda::load_kernel(compiler->get(v, arch), ptx_jit));
+  const cuda::CompiledKernel c = compiler->get(v, arch);
+  auto k = std::make_unique<cuda::LoadedKernel>(cuda::load_kernel(c, ptx_jit));
+  // Programmatic launches only for a kernel that waits for the one before it (every template does on sm_90+:
+  // tests/cuda checks each plan kernel's PTX); one that does not is launched plainly, which is always correct.
+  k->kernel.set_programmatic(plan.programmatic_launch && cuda::waits_for_previous_grid(c.ptx));
   return kernels.emplace(v.name, std::move(k)).first->second.get();
 }
 

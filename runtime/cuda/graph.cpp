@@ -14,8 +14,15 @@ CUgraphNode last_captured_node(StreamHandle stream, const std::string& name) {
   int status = 0;
   const CUgraphNode* deps = nullptr;
   size_t n = 0;
-  check(driver().cuStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &n),
-        "capture info after the launch of " + name);
+  const DriverApi& a = driver();
+  if (a.cuStreamGetCaptureInfo_v3) {  // 12.3+: edge data (programmatic launches) is returned, not refused
+    const GraphEdgeData* edges = nullptr;
+    check(a.cuStreamGetCaptureInfo_v3(stream, &status, nullptr, nullptr, &deps, &edges, &n),
+          "capture info after the launch of " + name);
+  } else {
+    check(a.cuStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &n),
+          "capture info after the launch of " + name);
+  }
   if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || n != 1 || !deps)
     throw CudaError(fmt::format("graph capture: the launch of {} left {} dependencies (status {})", name, n, status));
   return deps[0];
@@ -27,15 +34,13 @@ class StepGraph::Recorder final : public LaunchHook {
  public:
   explicit Recorder(StepGraph& g) : g_(g) {}
   void launch(KernelHandle kernel, const std::string& name, Dim3 grid, Dim3 block, size_t smem, StreamHandle stream,
-              void** args) override {
+              void** args, bool programmatic) override {
     // The patchable nodes are launched as the current context's function of the kernel, and updated with that
     // same function (the classic node-update contract).
     const DriverApi& a = driver();
     KernelNodeParams p;
     check(a.cuKernelGetFunction(&p.func, kernel), "the function of " + name + " in this context");
-    check(a.cuLaunchKernel(p.func, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)smem, stream, args,
-                           nullptr),
-          "captured launch of " + name);
+    check(launch_function(p.func, grid, block, smem, stream, args, programmatic), "captured launch of " + name);
     g_.nodes_.push_back(last_captured_node(stream, name));
     g_.kernels_.push_back(kernel);
     g_.params_.push_back(p);
@@ -49,7 +54,7 @@ class StepGraph::Patcher final : public LaunchHook {
  public:
   explicit Patcher(StepGraph& g) : g_(g) {}
   void launch(KernelHandle kernel, const std::string&, Dim3 grid, Dim3 block, size_t smem, StreamHandle,
-              void** args) override {
+              void** args, bool) override {
     if (!g_.patch_ok_) return;
     // More launches than remembered, or another kernel at this place (e.g. one sequence's attention now
     // needs its merge kernel and the next one's does not yet): the graph's shape changed.

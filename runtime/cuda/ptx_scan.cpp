@@ -138,6 +138,25 @@ std::vector<PtxEntry> ptx_entries(std::string_view ptx) {
   return entries;
 }
 
+bool waits_for_previous_grid(std::string_view ptx) {
+  const std::string text = strip_comments(ptx);
+  int entries = 0, waiting = 0;
+  bool waits = false;
+  for (std::string_view line : split(text, '\n')) {
+    line = trim(line);
+    const size_t e = line.find(".entry ");
+    if (e != std::string_view::npos && (e == 0 || line[e - 1] == ' ')) {
+      waiting += waits;
+      ++entries;
+      waits = false;
+      continue;
+    }
+    if (entries > 0 && line.rfind("griddepcontrol.wait", 0) == 0) waits = true;
+  }
+  waiting += waits;
+  return entries > 0 && waiting == entries;
+}
+
 std::string ptx_target(std::string_view ptx) {
   size_t at = 0;
   while ((at = ptx.find(".target", at)) != std::string_view::npos) {

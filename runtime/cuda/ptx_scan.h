@@ -30,6 +30,11 @@ struct PtxEntry {
 // The .entry functions of a PTX module with their declared maximum block size.
 std::vector<PtxEntry> ptx_entries(std::string_view ptx);
 
+// True when the module has entries and every one executes griddepcontrol.wait (the templates'
+// qrig_grid_dependency_wait on sm_90+): what a kernel launched with programmatic stream serialization must do
+// before it touches memory the kernel before it writes or reads.
+bool waits_for_previous_grid(std::string_view ptx);
+
 // The module's ".target" architecture ("sm_70"); empty when there is none.
 std::string ptx_target(std::string_view ptx);
 

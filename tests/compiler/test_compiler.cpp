@@ -260,6 +260,46 @@ TEST_CASE("CUDA plans record how their kernels are compiled and loaded; bad valu
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("programmatic dependent launch: on for sm_90 plans, off for sm_70 ones and by request", "[compiler]") {
+  gguf::File f = gguf::File::open(kFixtures + "tiny.gguf");
+  auto noted = [](const ir::Plan& p, const std::string& what) {
+    for (const auto& n : p.notes)
+      if (n.rfind("launch: ", 0) == 0) return n.find(what) != std::string::npos;
+    return false;
+  };
+  const auto h200 = compiler::Rig::load(kRigs + "h200.toml");
+  const auto cmp = compiler::Rig::load(kRigs + "cmp-100-210-x4.toml");
+  const ir::Plan on = compiler::compile(f, h200, {});
+  CHECK(on.arch_target == "sm_90");
+  CHECK(on.programmatic_launch);
+  CHECK(noted(on, "programmatic dependent launch (sm_90+)"));
+  compiler::CompileOptions off;
+  off.programmatic_launch = false;
+  const ir::Plan plain = compiler::compile(f, h200, off);
+  CHECK_FALSE(plain.programmatic_launch);
+  CHECK(noted(plain, "off by request"));
+  compiler::CompileOptions one;
+  one.max_gpus = 1;
+  one.ptx_jit = true;  // an sm_70 plan checked on a newer GPU stays plain: its kernels have no wait
+  const ir::Plan old = compiler::compile(f, cmp, one);
+  CHECK_FALSE(old.programmatic_launch);
+  CHECK(noted(old, "sm_70 has no programmatic dependent launch"));
+  CHECK_FALSE(compiler::compile(f, compiler::Rig::default_cpu(), {}).programmatic_launch);
+
+  // The decision travels in plan.toml; a plan written before it reads as plain launches.
+  auto dir = std::filesystem::temp_directory_path() / ("qrig-test-pdl-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  on.write(dir.string());
+  CHECK(ir::Plan::read(dir.string()).programmatic_launch);
+  std::string t = on.to_toml();
+  const size_t at = t.find("programmatic_launch = true\n");
+  REQUIRE(at != std::string::npos);
+  t.erase(at, std::string("programmatic_launch = true\n").size());
+  std::ofstream(dir / "plan.toml") << t;
+  CHECK_FALSE(ir::Plan::read(dir.string()).programmatic_launch);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("broken hyperparameters are refused when the model is compiled, naming the key", "[compiler][fixtures]") {
   using gguf::Value;
   const double nan = std::nan("");

@@ -1,7 +1,7 @@
 // The checks every no-GPU compile test makes on an NVRTC result: one entry point named like the template with
 // the variant's block size in its PTX (__launch_bounds__), ptxas reports registers and no spills, no tensor-core
 // instruction in the default family on any arch, and nothing newer than sm_70 when compiled for the sm_70
-// feature set (the CMP rigs). Area tests add their own checks after calling it.
+// feature set (the CMP rigs); the grid-dependency wait exactly on sm_90+ code. Area tests add their own checks after calling it.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -11,6 +11,7 @@
 
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/cuda/ptx_scan.h"
+#include "runtime/cuda/variant.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace qrig::cuda::test {
@@ -25,6 +26,11 @@ inline void check_compiled_kernel(const CompiledKernel& k, int feature_sm) {
   CHECK(r.registers > 0);
   CHECK(r.spill_store_bytes == 0);
   CHECK(r.spill_load_bytes == 0);
+  // Every kernel waits for the one before it on sm_90+ code (a plan with programmatic_launch overlaps their
+  // launches) and has no such instruction below.
+  // (except the templates launched plainly by design: TemplateInfo::plain_launch).
+  const TemplateInfo* info = find_template_info(k.variant.kernel);
+  CHECK(waits_for_previous_grid(k.ptx) == (k.arch.target_sm >= 90 && !(info && info->plain_launch)));
   for (const auto& f : scan_ptx_newer_than_sm70(k.ptx)) {
     INFO("PTX line " << f.line << ": " << f.instruction << " (" << f.why << ")");
     CHECK(f.why.find("tensor-core") == std::string::npos);  // never in the default family, on any arch

@@ -157,3 +157,19 @@ TEST_CASE("PTX target and cubin architecture: read from what every NVRTC found h
     }
   CHECK(checked >= 3);
 }
+
+TEST_CASE("PTX scan: the grid-dependency wait of every entry (programmatic launches)", "[cuda]") {
+  const std::string head = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  auto entry = [](const std::string& name, const std::string& body) {
+    return ".visible .entry " + name + "(\n\t.param .u64 " + name + "_param_0\n)\n.maxntid 128, 1, 1\n{\n" + body +
+           "\tret;\n}\n";
+  };
+  const std::string wait = "\t// begin inline asm\n\tgriddepcontrol.wait;\n\t// end inline asm\n";
+  CHECK(waits_for_previous_grid(head + entry("a", wait)));
+  CHECK(waits_for_previous_grid(head + entry("a", wait) + entry("b", "\tmov.u32 %r1, 0;\n" + wait)));
+  CHECK_FALSE(waits_for_previous_grid(head + entry("a", wait) + entry("b", "\tmov.u32 %r1, 0;\n")));
+  CHECK_FALSE(waits_for_previous_grid(head + entry("a", "\t// griddepcontrol.wait;\n")));     // a comment
+  CHECK_FALSE(waits_for_previous_grid(head + entry("a", "\tgriddepcontrol.launch_dependents;\n")));
+  CHECK_FALSE(waits_for_previous_grid(head));  // no entry
+  CHECK_FALSE(waits_for_previous_grid(kCleanPtx));
+}

@@ -49,6 +49,7 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 }
 inline float qrig_half_to_float(unsigned short h) { return qrig::gguf::fp16_to_float(h); }
 inline float qrig_small_int_to_float(int s) { return __int_as_float(0x4B400000 + s) - 12582912.0f; }
+inline void qrig_grid_dependency_wait() {}  // one launch at a time on the host: nothing runs before it
 inline int qrig_dot4(int a, int b, int acc) {
   for (int i = 0; i < 4; ++i) acc += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
   return acc;

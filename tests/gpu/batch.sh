@@ -13,6 +13,7 @@
 #   profile:SPEC   tests/gpu/profile.sh SPEC (9b:q8_0, 9b:q8_0:32, ...)
 #   batched:STEPS  tests/gpu/batched.sh STEPS (commas as '+')
 #   draft:STEPS    tests/gpu/draft.sh STEPS (commas as '+')
+#   pdl[:SPECS]    tests/gpu/pdl.sh SPECS (commas as '+'): programmatic dependent launch on vs off, 9B benches
 #   sweep[:BIN]    the Q8_0 GEMM tiling sweep ("[.gemm_sweep]": GEMV, skinny and tiled kernels at the 9B shapes), one
 #                  plane, T <= 32, with the bundle's qrig_tests_gpu or BIN (another build's, for an A/B); back come the
 #                  fastest kernel per shape and T and every row at T = 16 and 32
@@ -57,6 +58,7 @@ for step in "$@"; do
     profile) OUT=$log bash "$here/profile.sh" ${arg:+"$arg"} >"$log/run.log" 2>&1 ;;
     batched) OUT=$log bash "$here/batched.sh" "${arg:-1}" >"$log/run.log" 2>&1 ;;
     draft) OUT=$log bash "$here/draft.sh" "${arg:-1}" >"$log/run.log" 2>&1 ;;
+    pdl) OUT=$log bash "$here/pdl.sh" ${arg:+${arg//,/ }} >"$log/run.log" 2>&1 ;;
     sweep)
       source "$here/bundle_env.sh" batch.sh
       : >"$log/sweep.md"

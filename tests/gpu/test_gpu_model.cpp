@@ -31,6 +31,8 @@
 #include "runtime/cpu/executor.h"
 #include "runtime/cuda/executor.h"
 #include "runtime/cuda/kernel_cache.h"
+#include "runtime/cuda/plan_kernels.h"
+#include "runtime/cuda/variant.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/fixtures.h"
 
@@ -253,17 +255,32 @@ TEST_CASE("a precise plan (two activation planes everywhere) matches the float64
   CHECK(top1_b >= 0.99);
 }
 
-TEST_CASE("decode steps as CUDA graphs give the bits of kernel-by-kernel launches", "[gpu][short]") {
+TEST_CASE("decode steps as CUDA graphs, and programmatic launches, give the bits of plain kernel-by-kernel launches",
+          "[gpu][short]") {
   const ir::Plan plan = tiny_plan("");
+  ir::Plan plain_plan = plan;
+  plain_plan.programmatic_launch = false;
   runtime::CudaOptions eager_opt, graph_opt;
   eager_opt.graphs = false;
-  runtime::CudaExecutor eager(plan, runtime::open_plan_model(plan), eager_opt);
+  runtime::CudaExecutor eager(plain_plan, runtime::open_plan_model(plan), eager_opt);
   runtime::CudaExecutor graphed(plan, runtime::open_plan_model(plan), graph_opt);
+  runtime::CudaExecutor eager_pdl(plan, runtime::open_plan_model(plan), eager_opt);
+  // On an sm_90+ GPU the plan launches programmatically every kernel but the templates launched plainly by
+  // design (the tiled GEMMs: TemplateInfo::plain_launch); the executor loads exactly plan_kernels(plan).
+  const auto [pdl, loaded] = graphed.programmatic_kernels();
+  int64_t plain = 0;
+  for (const auto& v : cuda::plan_kernels(plan)) plain += cuda::find_template_info(v.kernel)->plain_launch;
+  CHECK(eager.programmatic_kernels().first == 0);
+  CHECK(loaded == (int64_t)cuda::plan_kernels(plan).size());
+  CHECK(pdl == (plan.programmatic_launch ? loaded - plain : 0));
+  if (plan.programmatic_launch) CHECK(plain > 0);  // the tiny plan's prefill runs a tiled GEMM
+  report("programmatic launch (tiny)", plan.arch_target, "kernels launched programmatically of those loaded",
+         (double)pdl, (double)loaded);
   const auto refs = reference();
   const RefSeq& a = refs.at(0);  // long: 300 tokens
   const RefSeq& b = refs.at(2);  // random: 64 tokens
-  int64_t mismatches = 0, steps = 0;
-  for (runtime::CudaExecutor* ex : {&eager, &graphed}) {
+  int64_t mismatches = 0, steps = 0, pdl_mismatches = 0;
+  for (runtime::CudaExecutor* ex : {&eager, &graphed, &eager_pdl}) {
     ex->reset(0);
     ex->reset(1);
     ex->step({runtime::StepInput{0, std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + 5), false}}, {{}}, false, false);
@@ -286,14 +303,29 @@ TEST_CASE("decode steps as CUDA graphs give the bits of kernel-by-kernel launche
     }
     const auto e = eager.step(batch, rows, true, true);
     const auto g = graphed.step(batch, rows, true, true);
+    const auto p = eager_pdl.step(batch, rows, true, true);
     mismatches += !cpu::test::bit_equal(e.logits, g.logits) || e.argmax != g.argmax;
+    pdl_mismatches += !cpu::test::bit_equal(e.logits, p.logits) || e.argmax != p.argmax;
     ++steps;
+  }
+  {  // a prefill of 40 tokens with every row's logits, after the decodes: eager, programmatic vs plain
+    std::vector<int32_t> rows(40);
+    for (int i = 0; i < 40; ++i) rows[(size_t)i] = i;
+    eager.reset(0);
+    eager_pdl.reset(0);
+    const runtime::StepInput in{0, std::vector<int32_t>(a.tokens.begin() + 100, a.tokens.begin() + 140), true};
+    const auto e = eager.step({in}, {rows}, true, false);
+    const auto p = eager_pdl.step({in}, {rows}, true, false);
+    pdl_mismatches += e.logits.empty() || !cpu::test::bit_equal(e.logits, p.logits);
   }
   const runtime::GraphStats gs = graphed.graph_stats(), es = eager.graph_stats();
   report("cuda graphs (tiny)", fmt::format("{} decode steps", steps), "steps whose logits differ from eager", (double)mismatches, -1);
   report("cuda graphs (tiny)", fmt::format("{} decode steps", steps), "steps captured (the rest replayed)",
          (double)gs.captured, (double)steps / 2);
+  report("programmatic launch (tiny)", fmt::format("{} decode steps + a prefill", steps),
+         "steps whose logits differ from plain eager launches", (double)pdl_mismatches, -1);
   CHECK(mismatches == 0);
+  CHECK(pdl_mismatches == 0);
   CHECK(es.captured == 0);
   CHECK(es.replayed == 0);
   CHECK(gs.replayed > gs.captured);  // most steps patched an existing graph
