@@ -34,8 +34,8 @@
 #define QRIG_CTAS_FITTING(want, kib) \
   (QRIG_SMEM_PER_SM_KIB / ((kib) + 1) < (want) ? QRIG_SMEM_PER_SM_KIB / ((kib) + 1) : (want))
 
-// Programmatic dependent launch (sm_90+: docs/gpu.md "launch overlap"). Every kernel of the family calls this
-// first, before it reads or writes any global memory: it waits until the kernel launched before it on the
+// Programmatic dependent launch (sm_90+: docs/gpu.md "launch overlap"). Every kernel of the family but the
+// tiled GEMMs (TemplateInfo::plain_launch: launched plainly) calls this first, before it reads or writes any global memory: it waits until the kernel launched before it on the
 // stream has finished and its writes are visible (griddepcontrol.wait), then lets the next kernel be launched
 // (griddepcontrol.launch_dependents), whose CTAs are then resident and waiting here when this one ends. A plan
 // with programmatic_launch launches its kernels with that attribute, so a kernel's launch latency overlaps

@@ -113,7 +113,6 @@ struct LaunchConfig {
   LaunchAttribute* attrs = nullptr;
   unsigned numAttrs = 0;
 };
-constexpr CUresult CUDA_ERROR_LOSSY_QUERY = 402;
 struct GraphEdgeData {  // CUgraphEdgeData (12.3+): only returned, never read
   unsigned char from_port, to_port, type, reserved[5];
 };

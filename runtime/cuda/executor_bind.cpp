@@ -23,8 +23,9 @@ const cuda::LoadedKernel* CudaExecutor::Impl::load(const cuda::Variant& v) {
   if (it != kernels.end()) return it->second.get();
   const cuda::CompiledKernel c = compiler->get(v, arch);
   auto k = std::make_unique<cuda::LoadedKernel>(cuda::load_kernel(c, ptx_jit));
-  // Programmatic launches only for a kernel that waits for the one before it (every template does on sm_90+:
-  // tests/cuda checks each plan kernel's PTX); one that does not is launched plainly, which is always correct.
+  // Programmatic launches only for a kernel that waits for the one before it (every template on sm_90+ but
+  // those marked TemplateInfo::plain_launch, the tiled GEMMs: tests/cuda checks each variant's PTX); one
+  // that does not is launched plainly, which is always correct.
   k->kernel.set_programmatic(plan.programmatic_launch && cuda::waits_for_previous_grid(c.ptx));
   return kernels.emplace(v.name, std::move(k)).first->second.get();
 }
