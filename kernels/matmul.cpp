@@ -96,6 +96,13 @@ std::vector<TemplateInfo> matmul_templates() {
         threads_param()},
        "decode GEMV of the GGUF block types other than Q8_0: each row's units split over s warps, the loads of u "
        "units per lane in flight, decoded to int8 codes, dp4a, scales and offsets per 16 values, f32 out"},
+      {"gemv_wq_k4_dp4a", "gemv_wq_k4_dp4a.cu",
+       {{"w", "QRIG_WTYPE", 12, 13, 1, "weight type (ggml type id: 12 Q4_K, 13 Q5_K)"},
+        planes_param(),
+        {"r", "QRIG_ROWS", 1, 4, 1, "weight rows per warp"},
+        threads_param()},
+       "decode GEMV of Q4_K / Q5_K: a lane takes 64 values (two sub-blocks) per step, their scales and mins "
+       "decoded once, one integer dot per sub-block, the activation shared by r rows, dp4a, f32 out"},
       {"gemm_wq_dp4a_tiled", "gemm_wq_dp4a_tiled.cu",
        {{"w", "QRIG_WTYPE", 2, 23, 1, "weight type (ggml type id: 2 Q4_0 .. 14 Q6_K, 20 IQ4_NL, 23 IQ4_XS)"},
         planes_param(),
@@ -331,6 +338,16 @@ Variant gemv_wq_variant(int64_t ggml_type, int64_t planes, int64_t rows, int64_t
                                        {"t", threads}});
 }
 
+Variant gemv_wq_k4_variant(int64_t ggml_type, int64_t planes, int64_t rows, int64_t threads) {
+  if (ggml_type != 12 && ggml_type != 13)
+    throw KernelError(fmt::format("gemv_wq_k4_dp4a: weight type {} is not Q4_K or Q5_K", ggml_type));
+  if (rows < 1 || rows > 4 || threads % 32 != 0 || threads < 32 || threads > 1024)
+    throw KernelError(fmt::format("gemv_wq_k4_dp4a: {} rows per warp, {} threads", rows, threads));
+  return make_variant("gemv_wq_k4_dp4a", {{"w", ggml_type}, {"p", planes}, {"r", rows}, {"t", threads}});
+}
+
+bool is_wq_gemv(std::string_view kernel) { return kernel == "gemv_wq_dp4a" || kernel == "gemv_wq_k4_dp4a"; }
+
 std::vector<Variant> gemv_wq_sweep(int64_t ggml_type, int64_t planes) {
   struct Rsut {
     int64_t r, s, u, t;
@@ -340,6 +357,9 @@ std::vector<Variant> gemv_wq_sweep(int64_t ggml_type, int64_t planes) {
                                          {2, 2, 1, 128}, {1, 4, 1, 128}, {1, 4, 2, 128}, {2, 4, 1, 128},
                                          {1, 4, 1, 256}, {2, 4, 2, 256}, {1, 8, 1, 256}, {1, 2, 4, 256}})
     out.push_back(gemv_wq_variant(ggml_type, planes, v.r, v.s, v.u, v.t));
+  if (ggml_type == 12 || ggml_type == 13)  // the sub-block-pair kernel (not measured yet: not in the tuning table)
+    for (const auto& [r, t] : std::vector<std::pair<int64_t, int64_t>>{{1, 128}, {2, 128}, {4, 128}, {2, 256}})
+      out.push_back(gemv_wq_k4_variant(ggml_type, planes, r, t));
   return out;
 }
 
@@ -381,6 +401,10 @@ std::pair<Variant, std::string> choose_one_wq(const WqType& wt, int64_t k, int64
   auto skinny = [&](int64_t c) { return gemm_wq_skinny_variant(type, planes, c, c <= 4 ? 2 : 1); };
   if (T == 1) {
     const WqGemvTiling& g = tun.wq_gemv_for(type);
+    if (g.split == -1)
+      return {gemv_wq_k4_variant(type, planes, g.rows, g.threads),
+              fmt::format("one row: the {} sub-block-pair GEMV, {} rows per warp (tuning: the fastest for this type "
+                          "in the H200 sweep)", wt.format, g.rows)};
     if (g.split == 0)
       return {gemm_wq_skinny_variant(type, planes, 1, g.rows, g.threads),
               fmt::format("one row: the {} skinny kernel as GEMV, {} rows per warp (tuning: the fastest for this "

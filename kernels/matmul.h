@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/choice.h"
@@ -81,6 +82,11 @@ Variant gemm_wq_skinny_variant(int64_t ggml_type, int64_t planes, int64_t cols, 
 // of warps, the loads of `unroll` units per lane in flight, `threads` a multiple of 32 * split.
 Variant gemv_wq_variant(int64_t ggml_type, int64_t planes, int64_t rows, int64_t split, int64_t unroll,
                         int64_t threads);
+// Q4_K / Q5_K only (templates/gemv_wq_k4_dp4a.cu): rows per warp, threads per block.
+Variant gemv_wq_k4_variant(int64_t ggml_type, int64_t planes, int64_t rows, int64_t threads);
+// Whether a kernel is one of the block types' one-row GEMVs with gemv_wq_dp4a's arguments (gemv_wq_dp4a,
+// gemv_wq_k4_dp4a): one activation row, split outputs, grid ceil(rows / (r * t/32 / s)) (s = 1 for the K4 one).
+bool is_wq_gemv(std::string_view kernel);
 // The GEMV tilings (one plane, as block-type plans decode unless --precise-rows asks for two) among which the
 // tuning table's per-type entry is chosen: what tests/gpu/test_gpu_wq.cpp's bandwidth benchmark measures (with both
 // plane counts).
@@ -101,7 +107,8 @@ std::vector<KernelRange> choose_matmul_wq(int64_t ggml_type, int64_t k, int64_t 
 // Stacked block-type matrices (the compiler's matmul_stack over weights of one type): the members' repacked rows
 // one after the other in one A and one B array, which is the repacked layout of one matrix of all their rows
 // (repack_wq keeps whole rows in row order; nothing interleaves rows), so the single-row launch over the stack is
-// the type's one-row kernel (gemv_wq_dp4a or the skinny kernel with c = 1, by the tuning) with split outputs.
+// the type's one-row kernel (gemv_wq_dp4a, gemv_wq_k4_dp4a or the skinny kernel with c = 1, by the tuning) with
+// split outputs.
 // Member m's own kernels (steps of more rows) read it through a view starting at its first row, which the
 // launchers need 16-byte aligned in B: member_rows_before * (cols / block) * b_bytes must be a multiple of 16 (A
 // always is). wq_stack_view_aligned says whether a member starting after `rows_before` rows is; check_wq_stack

@@ -28,7 +28,7 @@ struct SkinnyTiling {
 
 // The block types' decode GEMV (gemv_wq_dp4a) for one ggml weight type: rows per warp group, warps per row,
 // units per lane whose loads are issued before use, threads per block; split 0: the skinny kernel with c = 1 and
-// `rows` rows per warp instead.
+// `rows` rows per warp instead; split -1 (Q4_K, Q5_K): gemv_wq_k4_dp4a with `rows` rows per warp.
 struct WqGemvTiling {
   int64_t type = 0, rows = 1, split = 4, unroll = 1, threads = 128;
 };

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "ir/kernel_attr.h"
+#include "kernels/matmul.h"
 #include "runtime/cuda/executor_impl.h"
 
 namespace qrig::runtime {
@@ -168,9 +169,10 @@ void kernels_matmul_stack(KernelBinder& kb, CudaStep& s) {
         throw RuntimeError(fmt::format("{}: a single launch over the stack runs one row, not {}-{}", op.describe(),
                                        r.first, r.last));
       s.stacked_gemv = kb.load(r.parts[0][0]);
-      // Q8_0's GEMV, or a block type's one-row kernel (gemv_wq_dp4a, or the skinny kernel the tuning runs as one).
+      // Q8_0's GEMV, or a block type's one-row kernel (gemv_wq_dp4a / gemv_wq_k4_dp4a, or the skinny kernel the
+      // tuning runs as one).
       const std::string& t = s.stacked_gemv->variant.kernel;
-      if (t != "gemv_q8_0_dp4a" && t != "gemv_wq_dp4a" && t != "gemm_wq_dp4a_skinny")
+      if (t != "gemv_q8_0_dp4a" && !kernels::is_wq_gemv(t) && t != "gemm_wq_dp4a_skinny")
         throw RuntimeError(fmt::format("{}: {} is not a GEMV", op.describe(), s.stacked_gemv->variant.name));
     } else if (r.parts.size() != members) {
       throw RuntimeError(fmt::format("{}: rows {}-{} name {} parts for {} weights", op.describe(), r.first, r.last,

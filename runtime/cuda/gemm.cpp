@@ -96,7 +96,7 @@ void launch_gemm_wq_tiled(const LoadedKernel& k, const Q8Matrix& w, const int8_t
 
 void launch_gemv_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
                     float* y, StreamHandle stream) {
-  require_kernel(k, "gemv_wq_dp4a");
+  if (!kernels::is_wq_gemv(k.variant.kernel)) require_kernel(k, "gemv_wq_dp4a");
   float* const ys[4] = {y, nullptr, nullptr, nullptr};
   const int64_t rows[4] = {w.rows, 0, 0, 0};
   launch_matmul_wq_split(k, w, xq, xd, xq2, ys, rows, stream);
@@ -104,13 +104,13 @@ void launch_gemv_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, 
 
 void launch_matmul_wq_split(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                             const int8_t* xq2, float* const y[4], const int64_t rows[4], StreamHandle stream) {
-  const bool gemv = k.variant.kernel == "gemv_wq_dp4a";
+  const bool gemv = kernels::is_wq_gemv(k.variant.kernel);
   if (!gemv) require_kernel(k, "gemm_wq_dp4a_skinny");
   require_wq_args(k, w, xq, xd, xq2);
   const SplitOutputs o = split_outputs(k, y, rows, w.rows, 4);
   const bool p2 = k.variant.param("p") == 2;
   const int64_t rows_per_block =
-      k.variant.param("r") * (k.variant.threads() / 32) / (gemv ? k.variant.param("s") : 1);
+      k.variant.param("r") * (k.variant.threads() / 32) / (k.variant.kernel == "gemv_wq_dp4a" ? k.variant.param("s") : 1);
   const unsigned g = grid_for(w.rows, rows_per_block, k);
   auto* wa = reinterpret_cast<const unsigned char*>(w.qs);
   auto* wb = reinterpret_cast<const unsigned char*>(w.scales);
@@ -127,7 +127,7 @@ void launch_matmul_wq_split(const LoadedKernel& k, const Q8Matrix& w, const int8
 void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd, const int8_t* xq2,
                       int64_t T, float* y, StreamHandle stream) {
   if (k.variant.kernel == "gemm_wq_dp4a_tiled") return launch_gemm_wq_tiled(k, w, xq, xd, xq2, T, y, stream);
-  if (k.variant.kernel == "gemv_wq_dp4a") {
+  if (kernels::is_wq_gemv(k.variant.kernel)) {
     if (T != 1) throw KernelError(fmt::format("{}: the GEMV takes one row, not {}", k.variant.name, T));
     return launch_gemv_wq(k, w, xq, xd, xq2, y, stream);
   }
@@ -154,7 +154,7 @@ void launch_matmul_wq(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq
 void launch_matmul_q8_0(const LoadedKernel& k, const Q8Matrix& w, const int8_t* xq, const float* xd,
                         const int8_t* xq2, int64_t T, float* y, StreamHandle stream) {
   if (k.variant.kernel == "gemm_wq_dp4a_skinny" || k.variant.kernel == "gemm_wq_dp4a_tiled" ||
-      k.variant.kernel == "gemv_wq_dp4a") {
+      kernels::is_wq_gemv(k.variant.kernel)) {
     launch_matmul_wq(k, w, xq, xd, xq2, T, y, stream);
   } else if (k.variant.kernel == "gemm_q8_0_dp4a_tiled") {
     launch_gemm_q8_0_tiled(k, w, xq, xd, xq2, T, y, stream);
@@ -175,9 +175,9 @@ MatmulKernels::MatmulKernels(const KernelLoader& load, const std::vector<ir::Lau
     LoadedKernel k = load(parse_variant(r.parts[part][0]));
     const std::string& t = k.variant.kernel;
     if (t != "gemv_q8_0_dp4a" && t != "gemm_q8_0_dp4a_tiled" && t != "gemm_q8_0_dp4a_skinny" &&
-        t != "gemm_wq_dp4a_skinny" && t != "gemm_wq_dp4a_tiled" && t != "gemv_wq_dp4a")
+        t != "gemm_wq_dp4a_skinny" && t != "gemm_wq_dp4a_tiled" && !kernels::is_wq_gemv(t))
       throw KernelError(fmt::format("matmul: {} is not a matmul kernel", k.variant.name));
-    if ((t == "gemv_q8_0_dp4a" || t == "gemv_wq_dp4a") && r.last != 1)
+    if ((t == "gemv_q8_0_dp4a" || kernels::is_wq_gemv(t)) && r.last != 1)
       throw KernelError(fmt::format("matmul: the GEMV {} cannot run rows {}-{}", k.variant.name, r.first, r.last));
     if (t == "gemm_q8_0_dp4a_skinny" && r.last > k.variant.param("c"))
       throw KernelError(fmt::format("matmul: {} takes at most {} rows, not {}", k.variant.name, k.variant.param("c"),

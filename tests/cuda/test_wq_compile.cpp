@@ -46,7 +46,8 @@ TEST_CASE("matmul_wq: GEMV for one row, the next power of two up to 16, the tile
       CHECK(v.param("w") == w);
       CHECK(v.param("p") == 2);
       if (T == 1) {
-        CHECK(v.kernel == (tun.wq_gemv_for(w).split == 0 ? "gemm_wq_dp4a_skinny" : "gemv_wq_dp4a"));
+        const int64_t split = tun.wq_gemv_for(w).split;
+        CHECK(v.kernel == (split == 0 ? "gemm_wq_dp4a_skinny" : split < 0 ? "gemv_wq_k4_dp4a" : "gemv_wq_dp4a"));
       } else if (T <= 16) {
         CHECK(v.kernel == "gemm_wq_dp4a_skinny");
         CHECK(v.param("c") == (T <= 2 ? 2 : T <= 4 ? 4 : T <= 8 ? 8 : 16));
@@ -61,6 +62,8 @@ TEST_CASE("matmul_wq: GEMV for one row, the next power of two up to 16, the tile
     CHECK(gemv.param("t") == gt.threads);
     if (gt.split == 0) {
       CHECK(gemv.param("c") == 1);
+    } else if (gt.split < 0) {
+      CHECK(gemv.kernel == "gemv_wq_k4_dp4a");
     } else {
       CHECK(gemv.param("s") == gt.split);
       CHECK(gemv.param("u") == gt.unroll);
@@ -86,6 +89,19 @@ TEST_CASE("matmul_wq: GEMV for one row, the next power of two up to 16, the tile
   t2.wq_gemv = {{12, 2, 8, 1, 256}};
   CHECK(choose_matmul_wq(12, 4096, 64, 1, 1, 1, 132, t2)[0].parts[0][0].name == "gemv_wq_dp4a_w12_p1_r2_s8_u1_t256");
   CHECK(choose_matmul_wq(3, 4096, 64, 1, 1, 1)[0].parts[0][0].name == "gemv_wq_dp4a_w3_p1_r2_s2_u1_t128");
+  // Split -1: Q4_K / Q5_K's sub-block-pair GEMV, also over a stack; a tuning entry naming it for another type is
+  // refused, as are shapes it cannot take.
+  t2.wq_gemv = {{12, 2, -1, 1, 128}, {13, 4, -1, 1, 256}, {14, 2, -1, 1, 128}};
+  CHECK(choose_matmul_wq(12, 4096, 64, 1, 1, 1, 132, t2)[0].parts[0][0].name == "gemv_wq_k4_dp4a_w12_p1_r2_t128");
+  CHECK(choose_matmul_wq(13, 4096, 64, 1, 1, 2, 132, t2)[0].parts[0][0].name == "gemv_wq_k4_dp4a_w13_p2_r4_t256");
+  CHECK(choose_matmul_stack_wq(12, 4096, 4096 + 1024, 2, 1, 132, t2).parts.at(0).at(0).kernel == "gemv_wq_k4_dp4a");
+  CHECK_THROWS_AS(choose_matmul_wq(14, 4096, 64, 1, 1, 1, 132, t2), KernelError);
+  CHECK_THROWS_AS(gemv_wq_k4_variant(14, 1, 2, 128), KernelError);
+  CHECK_THROWS_AS(gemv_wq_k4_variant(12, 1, 5, 128), KernelError);
+  CHECK_THROWS_AS(gemv_wq_k4_variant(12, 1, 2, 100), KernelError);
+  CHECK(is_wq_gemv("gemv_wq_k4_dp4a"));
+  CHECK(is_wq_gemv("gemv_wq_dp4a"));
+  CHECK(!is_wq_gemv("gemm_wq_dp4a_skinny"));
   CHECK(choose_matmul_wq(14, 4096, 64, 1, 1, 1)[0].parts[0][0].name == "gemm_wq_dp4a_skinny_w14_p1_c1_r2_t128");
   t2.wq_skinny_max_rows = 8;
   CHECK(choose_matmul_wq(12, 4096, 64, 12, 12, 1, 132, t2)[0].parts[0][0].kernel == "gemm_wq_dp4a_tiled");
@@ -136,6 +152,16 @@ TEST_CASE("every matmul and embedding variant of the block types compiles for sm
         add(gemm_wq_tiled_variant(w, planes, t.bn, t.bt, t.tn, t.tt), archs);
     }
   }
+  // Q4_K / Q5_K's sub-block-pair GEMV (in the sweep, not yet in the tuning table): r2 at both plane counts for
+  // sm_70 and sm_90, one plane also for sm_75, and the other sweep tilings' one plane for sm_90; its stacked
+  // single-row launch is the same variant (checked below with the others).
+  for (const int64_t w : {12, 13}) {
+    add(gemv_wq_k4_variant(w, 1, 2, 128), {70, 75, 90});
+    add(gemv_wq_k4_variant(w, 2, 2, 128), {70, 90});
+    for (const Variant& v : gemv_wq_sweep(w, 1))
+      if (v.kernel == "gemv_wq_k4_dp4a") add(v, {90});
+    stacked.push_back(gemv_wq_k4_variant(w, 1, 2, 128));
+  }
   // (The GEMV bandwidth sweep's other candidates, gemv_wq_sweep, are compiled where they run: the GPU benchmark.
   // Here they would add ~140 compiles to a CI job held to 25 minutes on 2 cores.)
   INFO(jobs.size() << " compiles");
@@ -159,10 +185,10 @@ TEST_CASE("every matmul and embedding variant of the block types compiles for sm
     for (size_t i = 0; i < jobs.size(); ++i) {
       if (out[i].variant != v) continue;
       CHECK(!out[i].cubin.empty());
-      const std::string last = fmt::format("{}_param_{}", v.kernel, v.kernel == "gemv_wq_dp4a" ? 13 : 14);
+      const std::string last = fmt::format("{}_param_{}", v.kernel, is_wq_gemv(v.kernel) ? 13 : 14);
       CHECK(out[i].ptx.find(last) != std::string::npos);
       compiled += !out[i].cubin.empty();
     }
-    CHECK(compiled == (v.param("p") == 1 ? 3 : 2));
+    CHECK(compiled == (v.param("p") == 1 ? 3 : 2));  // sm_70, (sm_75,) sm_90
   }
 }

@@ -4,7 +4,8 @@
 // warp sum an exchange through memory), for every block type: two tilings of the tiled GEMM (64 x 32 one plane,
 // 128 x 64 two planes: partial row and token tiles, several 128-value stages), the skinny kernel as
 // GEMV (c1 r2, two planes: rows whose units do not fill the last step of 32 lanes) and at a skinny width (c8 r1,
-// 5 of 8 tokens), the decode GEMV gemv_wq_dp4a (r2 s2 u2, two planes: two warps per row, partial steps),
+// 5 of 8 tokens), the decode GEMV gemv_wq_dp4a (r2 s2 u2, two planes: two warps per row, partial steps), Q4_K and
+// Q5_K's gemv_wq_k4_dp4a (gemv_wq_k4_dp4a.cu: r1/r2/r4, one and two planes, a row whose chunks end mid-step),
 // against the float64 product of gguf::dequantize's weights (an independent decode) and the kernels' activation
 // x = xd * (xq + xq2/254), outputs poisoned with NaN; and a stack's single-row launch with four outputs (the GEMV
 // and the skinny kernel write each member's rows to its own buffer). This checks what a GPU run would of the kernels' index
@@ -582,6 +583,38 @@
 #define EMU_NAME emu_g_w23
 #define EMU_SRC "templates/gemv_wq_dp4a.cu"
 #include "tests/cuda/wq_emulate_one.h"
+#define QRIG_WTYPE 12
+#define QRIG_PLANES 2
+#define QRIG_ROWS 2
+#define QRIG_THREADS 128
+#define EMU_NS ns_emu_k_w12_p2_r2
+#define EMU_NAME emu_k_w12_p2_r2
+#define EMU_SRC "templates/gemv_wq_k4_dp4a.cu"
+#include "tests/cuda/wq_emulate_one.h"
+#define QRIG_WTYPE 13
+#define QRIG_PLANES 2
+#define QRIG_ROWS 2
+#define QRIG_THREADS 128
+#define EMU_NS ns_emu_k_w13_p2_r2
+#define EMU_NAME emu_k_w13_p2_r2
+#define EMU_SRC "templates/gemv_wq_k4_dp4a.cu"
+#include "tests/cuda/wq_emulate_one.h"
+#define QRIG_WTYPE 12
+#define QRIG_PLANES 1
+#define QRIG_ROWS 4
+#define QRIG_THREADS 128
+#define EMU_NS ns_emu_k_w12_p1_r4
+#define EMU_NAME emu_k_w12_p1_r4
+#define EMU_SRC "templates/gemv_wq_k4_dp4a.cu"
+#include "tests/cuda/wq_emulate_one.h"
+#define QRIG_WTYPE 13
+#define QRIG_PLANES 1
+#define QRIG_ROWS 1
+#define QRIG_THREADS 64
+#define EMU_NS ns_emu_k_w13_p1_r1
+#define EMU_NAME emu_k_w13_p1_r1
+#define EMU_SRC "templates/gemv_wq_k4_dp4a.cu"
+#include "tests/cuda/wq_emulate_one.h"
 
 #undef __shared__
 
@@ -608,6 +641,19 @@ const std::vector<std::pair<int64_t, GemvKernel>> kGemvEmu = {
     {14, ns_emu_g_w14::emu_g_w14},
     {20, ns_emu_g_w20::emu_g_w20},
     {23, ns_emu_g_w23::emu_g_w23},
+};
+// gemv_wq_k4_dp4a (Q4_K / Q5_K, a lane per 64-value chunk): type, planes, rows per warp, threads; two planes with
+// 2 rows per warp, one plane with 4 (a row group past the matrix's end) and with 1 row on 2-warp CTAs.
+struct K4Emu {
+  int64_t type;
+  int planes, rows, threads;
+  GemvKernel gemv;
+};
+const std::vector<K4Emu> kK4Emu = {
+    {12, 2, 2, 128, ns_emu_k_w12_p2_r2::emu_k_w12_p2_r2},
+    {13, 2, 2, 128, ns_emu_k_w13_p2_r2::emu_k_w13_p2_r2},
+    {12, 1, 4, 128, ns_emu_k_w12_p1_r4::emu_k_w12_p1_r4},
+    {13, 1, 1, 64, ns_emu_k_w13_p1_r1::emu_k_w13_p1_r1},
 };
 struct Emu {
   int64_t type;
@@ -744,6 +790,8 @@ TEST_CASE("the block-type matmul kernels run on host threads match the float64 p
   std::mt19937_64 rng(20261202);
   std::vector<Emu> all = kEmu;
   for (const auto& [t, k] : kGemvEmu) all.push_back({t, false, 2, 0, 0, 1, 2, 128, "emu_g", nullptr, nullptr, k, 2});
+  for (const K4Emu& k : kK4Emu)
+    all.push_back({k.type, false, k.planes, 0, 0, 1, k.rows, k.threads, "emu_k4", nullptr, nullptr, k.gemv, 1});
   for (const Emu& e : all) {
     INFO(e.name << " type " << e.type);
     const kernels::WqLayout l = kernels::wq_layout(e.type);
@@ -798,7 +846,8 @@ TEST_CASE("the block-type matmul kernels run on host threads match the float64 p
 // output over the whole stack gives and within fp32 rounding of each member's float64 product; the skinny kernel at
 // c8 (one plane, 3 tokens) writes each output [tokens][its rows]. Outputs poisoned with NaN; the words after each
 // output must stay untouched. The output selection does not depend on the type: four types (a 32-value one, one
-// with offsets, Q6_K, a codebook one) keep this test to ~1 s of host threads (the test above runs every type).
+// with offsets, Q6_K, a codebook one) keep this test to ~1 s of host threads (the test above runs every type); and
+// Q4_K's gemv_wq_k4_dp4a (r2, two planes), which has its own output code.
 TEST_CASE("the block-type GEMV and skinny kernels write a stack's members to their own outputs", "[cuda][wq]") {
   std::mt19937_64 rng(20261203);
   const std::vector<int64_t> rows = {5, 6, 3, 2};
@@ -823,6 +872,7 @@ TEST_CASE("the block-type GEMV and skinny kernels write a stack's members to the
     if (types.count(t)) cases.push_back({t, "gemv", nullptr, k, 2, 1, 2 * (128 / 32) / 2});
   for (const auto& [t, k] : c8) cases.push_back({t, "skinny c8", k, nullptr, 1, 3, 1 * 128 / 32});
   REQUIRE(cases.size() == 3 * types.size());
+  cases.push_back({12, "gemv_wq_k4 r2", nullptr, kK4Emu[0].gemv, 2, 1, 2 * 128 / 32});  // Q4_K's pair GEMV
   constexpr float kGuard = 12345.0f;
   for (const Case& c : cases) {
     INFO(c.what << " type " << c.type);

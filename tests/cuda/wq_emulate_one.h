@@ -6,10 +6,12 @@ using namespace wqemu;
 #define gemm_wq_dp4a_tiled EMU_NAME
 #define gemm_wq_dp4a_skinny EMU_NAME
 #define gemv_wq_dp4a EMU_NAME
+#define gemv_wq_k4_dp4a EMU_NAME
 #include EMU_SRC
 #undef gemm_wq_dp4a_tiled
 #undef gemm_wq_dp4a_skinny
 #undef gemv_wq_dp4a
+#undef gemv_wq_k4_dp4a
 }  // namespace EMU_NS
 #undef EMU_NS
 #undef EMU_NAME

@@ -414,6 +414,15 @@ TEST_CASE("embed_wq gives gguf::dequantize's rows bit for bit for every block ty
   }
 }
 
+// QRIG_BENCH_TYPES (a comma list of type names, e.g. "Q4_K,Q6_K") limits the benchmarks to those types, so a
+// profiler (tests/gpu/ncu.sh) sees a known launch sequence; unset: every type.
+static bool bench_type_selected(gguf::TensorType t) {
+  const char* sel = std::getenv("QRIG_BENCH_TYPES");
+  if (sel == nullptr || *sel == 0) return true;
+  const std::string list = std::string(",") + sel + ",";
+  return list.find("," + std::string(gguf::tensor_type_name(t)) + ",") != std::string::npos;
+}
+
 TEST_CASE("block-type GEMV bandwidth at 9B shapes", "[.bench][wq]") {
   Gpu& g = Gpu::get();
   // Device-to-device copy (bytes read + written), measured now.
@@ -435,6 +444,7 @@ TEST_CASE("block-type GEMV bandwidth at 9B shapes", "[.bench][wq]") {
   // --precise-rows / --precise ask for two; the table's entry serves both.
   for (const TypeInfo& ti : kTypes)
     for (const int64_t planes : {1, 2}) {
+      if (!bench_type_selected(ti.type)) continue;
       for (const Variant& v : kernels::gemv_wq_sweep((int64_t)ti.type, planes)) all.push_back(v);
       all.push_back(kernels::gemm_wq_skinny_variant((int64_t)ti.type, planes, 1, 2));  // session 7's GEMV
       all.push_back(kernels::choose_matmul_wq((int64_t)ti.type, 4096, 4096, 1, 1, planes).at(0).parts[0][0]);
@@ -443,6 +453,7 @@ TEST_CASE("block-type GEMV bandwidth at 9B shapes", "[.bench][wq]") {
   std::string best_lines = "\nBest GEMV tiling per type (summed time over the three shapes), as kernels/tuning.cpp entries:\n\n";
   for (const int64_t planes : {1, 2})
   for (const TypeInfo& ti : kTypes) {
+    if (!bench_type_selected(ti.type)) continue;
     std::map<std::string, double> total_us;  // variant -> summed time over the shapes
     std::map<std::string, Variant> by_name;
     std::map<std::string, double> worst_pct;  // variant -> its worst shape's % of copy
@@ -497,6 +508,10 @@ TEST_CASE("block-type GEMV bandwidth at 9B shapes", "[.bench][wq]") {
                                 "{:.1f}% of copy\n", (int)ti.type, bv.param("r"), bv.param("s"), bv.param("u"),
                                 bv.param("t"), planes, gguf::tensor_type_name(ti.type), bv.name, best->second,
                                 worst_pct[best->first]);
+    else if (bv.kernel == "gemv_wq_k4_dp4a")
+      best_lines += fmt::format("    {{{}, {}, -1, 1, {}}},  // p{} {} {}: {:.1f} us over the three shapes, worst shape "
+                                "{:.1f}% of copy\n", (int)ti.type, bv.param("r"), bv.param("t"), planes,
+                                gguf::tensor_type_name(ti.type), bv.name, best->second, worst_pct[best->first]);
     else
       best_lines += fmt::format("    // p{} {}: the skinny GEMV {} is fastest ({:.1f} us, worst shape {:.1f}%)\n", planes,
                                 gguf::tensor_type_name(ti.type), bv.name, best->second, worst_pct[best->first]);
